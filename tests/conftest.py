@@ -1,0 +1,42 @@
+"""Session-wide fixtures: the tiny model and the one shared serving vLLM."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.vllm_proc import VLLMServer
+from tools.tiny_model import write_tiny_model
+
+# The flags the shared server runs with: prefix caching (vLLM's default) and the
+# usage details the gateway reads (`prompt_tokens_details.cached_tokens`).
+SHARED_SERVER_ARGS = (
+    "--served-model-name", "tiny",
+    "--max-model-len", "4096",
+    "--max-num-seqs", "8",
+    "--max-num-batched-tokens", "512",
+    "--kv-cache-memory-bytes", "256M",
+    "--enable-prompt-tokens-details",
+    "--enforce-eager",
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("tiny") / "dense", "dense")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VLLMServer]:
+    """The one serving vLLM of the session (served name `tiny`)."""
+    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    server = VLLMServer(tiny_model_dir, SHARED_SERVER_ARGS, log_path)
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,175 @@
+"""Generate tiny model directories that the real vLLM serves with `--load-format dummy`.
+
+Each directory holds an HF `config.json`, a BPE `tokenizer.json` trained here on a
+built-in corpus, and a `tokenizer_config.json` with a ChatML chat template (the
+Qwen layout).  vLLM fills the weights with random values, so the text is
+gibberish, but every code path (scheduler, KV cache, prefix caching, metrics)
+is the real one.
+
+    python -m tools.tiny_model OUT_DIR [--kind dense|gqa|moe|hybrid|hybrid-mtp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+VOCAB_SIZE = 1024
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+CHAT_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n"
+    "{%- if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{%- endif %}"
+    "# Tools\n<tools>"
+    "{%- for tool in tools %}\n{{ tool | tojson }}{%- endfor %}\n</tools><|im_end|>\n"
+    "{%- elif messages[0].role == 'system' %}"
+    "<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role != 'system' or not loop.first %}"
+    "<|im_start|>{{ message.role }}\n"
+    "{%- if message.content is string %}{{ message.content }}"
+    "{%- elif message.content %}{%- for part in message.content %}"
+    "{%- if part.type == 'text' %}{{ part.text }}{%- endif %}{%- endfor %}"
+    "{%- endif %}"
+    "{%- if message.tool_calls %}{%- for call in message.tool_calls %}"
+    "\n<tool_call>{{ call.function | tojson }}</tool_call>{%- endfor %}{%- endif %}"
+    "<|im_end|>\n"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+
+_CORPUS_WORDS = (
+    "the a an of to in is are was be on for with as by at from this that it you we they "
+    "system user assistant tool tools call function result error file line code test run "
+    "model token tokens cache prefix memory budget gpu cpu spark serve request response "
+    "time date today now id json schema name type string number object array value key "
+    "hello world please answer question thanks help read write list find search open close "
+    "0 1 2 3 4 5 6 7 8 9 : - / . , ; ( ) [ ] { } \" ' = + * # _ T Z"
+).split()
+
+
+def _corpus() -> list[str]:
+    lines = []
+    for i, word in enumerate(_CORPUS_WORDS):
+        rest = " ".join(_CORPUS_WORDS[(i * 7 + j) % len(_CORPUS_WORDS)] for j in range(12))
+        lines.append(f"{word} {rest}")
+    lines.append("2026-11-29T09:30:56Z 550e8400-e29b-41d4-a716-446655440000 deadbeefcafe")
+    return lines * 4
+
+
+def _tokenizer_json() -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE - 64,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    return str(tokenizer.to_str())
+
+
+def _tokenizer_config() -> dict[str, Any]:
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 1 << 20,
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "chat_template": CHAT_TEMPLATE,
+        "added_tokens_decoder": {
+            str(i): {"content": tok, "special": True, "lstrip": False, "rstrip": False,
+                     "normalized": False, "single_word": False}
+            for i, tok in enumerate(SPECIAL_TOKENS)
+        },
+    }
+
+
+def _base(max_position: int) -> dict[str, Any]:
+    return {
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_position,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+    }
+
+
+def config_for(kind: str, max_position: int = 4096) -> dict[str, Any]:
+    """Return the config.json of a tiny model of the given kind."""
+    cfg = _base(max_position)
+    if kind == "dense":
+        cfg.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    elif kind == "gqa":
+        cfg.update(architectures=["LlamaForCausalLM"], model_type="llama",
+                   num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=1,
+                   head_dim=16, hidden_size=128)
+    elif kind == "moe":
+        cfg.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+                   num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                   decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
+    elif kind in ("hybrid", "hybrid-mtp"):
+        cfg.update(
+            architectures=["Qwen3NextForCausalLM"], model_type="qwen3_next",
+            hidden_size=128, num_hidden_layers=4, full_attention_interval=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+            linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+            linear_num_key_heads=2, linear_num_value_heads=4,
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
+            norm_topk_prob=True, partial_rotary_factor=0.25,
+        )
+        if kind == "hybrid-mtp":
+            cfg["num_nextn_predict_layers"] = 1
+    else:
+        raise ValueError(f"kind={kind!r}; must be one of dense, gqa, moe, hybrid, hybrid-mtp")
+    return cfg
+
+
+KINDS = ("dense", "gqa", "moe", "hybrid", "hybrid-mtp")
+
+
+def write_tiny_model(out_dir: Path, kind: str = "dense", max_position: int = 4096) -> Path:
+    """Write config.json and the tokenizer files into out_dir; return out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(config_for(kind, max_position), indent=2))
+    (out_dir / "tokenizer.json").write_text(_tokenizer_json())
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(), indent=2))
+    (out_dir / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": 2, "pad_token_id": 0, "do_sample": False}))
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--kind", choices=KINDS, default="dense")
+    parser.add_argument("--max-position", type=int, default=4096)
+    args = parser.parse_args(argv)
+    print(write_tiny_model(args.out_dir, args.kind, args.max_position))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
