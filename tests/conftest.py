@@ -13,11 +13,16 @@ from tools.tiny_model import write_tiny_model
 # The flags the shared server runs with: prefix caching (vLLM's default) and the
 # usage details the gateway reads (`prompt_tokens_details.cached_tokens`).
 SHARED_SERVER_ARGS = (
-    "--served-model-name", "tiny",
-    "--max-model-len", "4096",
-    "--max-num-seqs", "8",
-    "--max-num-batched-tokens", "512",
-    "--kv-cache-memory-bytes", "256M",
+    "--served-model-name",
+    "tiny",
+    "--max-model-len",
+    "4096",
+    "--max-num-seqs",
+    "8",
+    "--max-num-batched-tokens",
+    "512",
+    "--kv-cache-memory-bytes",
+    "256M",
     "--enable-prompt-tokens-details",
     "--enforce-eager",
 )

@@ -47,9 +47,18 @@ def vllm_env(kv_gib: float | None = None) -> dict[str, str]:
 
 def vllm_command(model_dir: Path, port: int, extra: Sequence[str]) -> list[str]:
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--load-format", "dummy",
-        "--host", "127.0.0.1", "--port", str(port), *extra,
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--load-format",
+        "dummy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *extra,
     ]
 
 
@@ -64,7 +73,9 @@ class VLLMServer:
         self._log = log_path.open("w")
         self.proc = subprocess.Popen(
             vllm_command(model_dir, self.port, extra),
-            stdout=self._log, stderr=subprocess.STDOUT, env=vllm_env(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=vllm_env(),
             start_new_session=True,
         )
 
@@ -75,7 +86,9 @@ class VLLMServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited {self.proc.returncode}:\n{self.log_text()[-4000:]}")
+                raise RuntimeError(
+                    f"vLLM exited {self.proc.returncode}:\n{self.log_text()[-4000:]}"
+                )
             try:
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
                     return
@@ -97,7 +110,9 @@ class VLLMServer:
 
 
 def run_until_kv_line(
-    model_dir: Path, extra: Sequence[str], log_path: Path,
+    model_dir: Path,
+    extra: Sequence[str],
+    log_path: Path,
     timeout_s: float = STARTUP_TIMEOUT_S,
 ) -> str:
     """Start vLLM, return its log once the KV capacity line appeared, then stop it."""

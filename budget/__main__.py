@@ -1,0 +1,5 @@
+import sys
+
+from budget.cli import main
+
+sys.exit(main())

@@ -1,0 +1,189 @@
+"""What to change when a plan does not fit — computed by re-planning, not canned —
+and warnings about settings that start but hurt."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from budget.graphs import uncovered_decode_widths
+from budget.profiles import GiB, ModelProfile
+from budget.settings import Settings
+
+if TYPE_CHECKING:
+    from budget.plan import Plan
+
+MIN_CONTEXT = 256
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def _replan(profile: ModelProfile, s: Settings) -> Plan:
+    from budget.plan import plan_for
+
+    return plan_for(profile, s)
+
+
+def shortfall(plan: Plan) -> str:
+    """Which component is largest and by how much the plan is over."""
+    from budget.plan import min_kv_bytes
+
+    need_kv = min_kv_bytes(plan)
+    fixed = plan.total_bytes - plan.kv_cache_bytes
+    over = fixed + max(need_kv, plan.kv_cache_bytes) - plan.usable_bytes
+    if plan.kv_mode != "fixed":
+        over = fixed + need_kv - plan.usable_bytes
+    biggest = max((k for k in plan.components if k != "kv_cache"), key=lambda k: plan.components[k])
+    return (
+        f"does not fit: short by {_gib(max(over, 0))} "
+        f"(one {plan.settings.max_model_len:,}-token request needs a {_gib(need_kv)} KV pool; "
+        f"largest component {biggest} = {_gib(plan.components[biggest])})"
+    )
+
+
+def largest_context(profile: ModelProfile, s: Settings) -> int | None:
+    lo, hi = MIN_CONTEXT, s.max_model_len - 1
+    if hi < lo or not _replan(profile, replace(s, max_model_len=lo)).fits:
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _replan(profile, replace(s, max_model_len=mid)).fits:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _candidates(s: Settings) -> list[tuple[str, Settings]]:
+    out: list[tuple[str, Settings]] = []
+    if s.kv_cache_dtype not in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        out.append(("--kv-cache-dtype fp8", replace(s, kv_cache_dtype="fp8")))
+    if s.max_num_seqs > 1:
+        out.append(
+            (
+                "--max-num-seqs 1",
+                replace(
+                    s,
+                    max_num_seqs=1,
+                    capture_sizes=tuple(c for c in s.capture_sizes if c <= s.mtp + 1)
+                    or s.capture_sizes[:1],
+                ),
+            )
+        )
+    for chunk in (1024, 512):
+        if s.max_num_batched_tokens > chunk:
+            out.append(
+                (f"--max-num-batched-tokens {chunk}", replace(s, max_num_batched_tokens=chunk))
+            )
+            break
+    if s.mtp:
+        out.append(
+            (
+                "--mtp 0 (no MTP)",
+                replace(
+                    s,
+                    mtp=0,
+                    draft_vocab_rows=0,
+                    capture_sizes=tuple(
+                        c // (s.mtp + 1) for c in s.capture_sizes if c % (s.mtp + 1) == 0
+                    ),
+                ),
+            )
+        )
+    for fmt in ("fp8", "nvfp4", "int4"):
+        if any(
+            v not in (fmt, "nvfp4", "int4")
+            for k, v in s.formats.items()
+            if k not in ("router", "norms")
+        ):
+            out.append(
+                (
+                    f"--weights-dtype {fmt}",
+                    replace(
+                        s,
+                        formats={
+                            k: v if k in ("router", "norms") else fmt for k, v in s.formats.items()
+                        },
+                    ),
+                )
+            )
+    if s.kv_cache_memory_bytes is not None:
+        out.append(
+            (
+                "drop --kv-cache-memory-bytes (let the planner size the pool)",
+                replace(s, kv_cache_memory_bytes=None),
+            )
+        )
+    return out
+
+
+def _scale_out(profile: ModelProfile, s: Settings) -> list[str]:
+    """The smallest TP, and the hardware profiles, on which the plan fits."""
+    from budget.profiles import load_hardware
+
+    tips: list[str] = []
+    for tp in (2, 4, 8):
+        if tp > s.tp and s.device == "cuda" and _replan(profile, replace(s, tp=tp)).fits:
+            tips.append(f"--tp {tp}: fits on {tp} × {s.hardware.name} (per-rank memory)")
+            break
+    fitting = [
+        name
+        for name in _hardware_profiles()
+        if name != s.hardware.name
+        and s.device == "cuda"
+        and _replan(profile, replace(s, hardware=load_hardware(name))).fits
+    ]
+    if fitting:
+        others = f" (also: {', '.join(fitting[1:])})" if len(fitting) > 1 else ""
+        tips.append(f"--hardware {fitting[0]}: fits as configured{others}")
+    return tips
+
+
+def _hardware_profiles() -> list[str]:
+    from budget.profiles import hardware_names
+
+    return [n for n in hardware_names() if n not in ("cpu", "custom")]
+
+
+def suggestions_for(profile: ModelProfile, s: Settings, plan: Plan) -> list[str]:
+    tips = [shortfall(plan)]
+    ctx = largest_context(profile, s)
+    if ctx is not None:
+        tips.append(f"--max-model-len {ctx}: the largest context that fits as configured")
+    for flag, changed in _candidates(s):
+        alt = _replan(profile, changed)
+        verdict = "fits" if alt.fits else "still does not fit"
+        tips.append(
+            f"{flag}: {verdict} (headroom {_gib(alt.headroom_bytes)}, "
+            f"KV {alt.kv_cache_tokens:,} tokens)"
+        )
+    return tips + _scale_out(profile, s)
+
+
+def warnings_for(plan: Plan) -> list[str]:
+    s = plan.settings
+    out: list[str] = []
+    if s.device == "cuda" and s.cudagraph_mode.startswith("FULL") and s.mtp:
+        missing = uncovered_decode_widths(s.capture_sizes, s.mtp, s.max_num_seqs)
+        if missing:
+            out.append(f"decode widths {missing} have no captured full graph (they run eagerly)")
+    if plan.layout.padding_layers:
+        out.append(
+            f"{plan.layout.padding_layers} padding layer(s) in the KV groups waste "
+            "part of the pool (vLLM pads groups to equal size)"
+        )
+    if s.hardware.uma and plan.kv_mode == "utilization":
+        out.append(
+            "on unified memory prefer --kv-cache-memory-bytes: vLLM reads free memory "
+            "from MemAvailable and the fraction does not bound the profiling peak"
+        )
+    if plan.model.assumed:
+        out.append(f"profile values assumed (not published): {', '.join(plan.model.assumed)}")
+    if plan.fits and 0 < plan.max_concurrency < s.max_num_seqs:
+        out.append(
+            f"KV pool holds {plan.max_concurrency:.2f} full-length requests, fewer than "
+            f"max_num_seqs={s.max_num_seqs}: long requests will queue or be preempted"
+        )
+    return out

@@ -1,0 +1,126 @@
+"""Every byte besides the KV pool that competes for device memory, with how each
+estimated one was estimated (one line each, shown in the table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from budget.graphs import graph_pool_bytes
+from budget.model import ModelSpec
+from budget.profiles import GiB, ModelProfile
+from budget.settings import Settings
+from budget.units import MiB
+from budget.weights import (
+    FORMAT_BYTES_PER_PARAM,
+    main_model_params,
+    mtp_params,
+    sharded,
+)
+
+# Estimates (replaced by measured values in the GPU calibration, docs/):
+CUDA_CONTEXT_BYTES = 512 * MiB  # CUDA context + cuBLAS/cuDNN workspaces per GPU
+NCCL_BYTES = 256 * MiB  # NCCL buffers per rank with TP > 1
+GDN_CHUNK = 64  # chunked GDN prefill keeps one fp32 state per 64-token chunk
+ACTIVATION_COPIES = 4  # live hidden-size buffers in a decoder layer (residual, norm, attn, mlp)
+SAMPLER_COPIES = 3  # logits, probabilities and a sort buffer in the sampler's profile run
+REPLICATED = ("router", "norms")
+
+
+@dataclass(frozen=True)
+class Components:
+    bytes: dict[str, int]
+    notes: dict[str, str]
+
+
+def weight_components(m: ModelSpec, s: Settings) -> dict[str, int]:
+    params = main_model_params(m)
+    out: dict[str, int] = {}
+    for comp, count in params.items():
+        if count:
+            fmt = "bf16" if comp in REPLICATED else s.formats[comp]
+            out[f"weights.{comp}"] = sharded(
+                count, FORMAT_BYTES_PER_PARAM[fmt], s.tp, replicated=comp in REPLICATED
+            )
+    return out
+
+
+def mtp_bytes(profile: ModelProfile, s: Settings) -> int:
+    if not s.mtp:
+        return 0
+    if "mtp_bytes" in profile.weights:
+        return -(-int(profile.weights["mtp_bytes"]) // s.tp)
+    return sharded(mtp_params(profile.spec), FORMAT_BYTES_PER_PARAM[s.formats["mtp"]], s.tp)
+
+
+def activation_bytes_per_token(m: ModelSpec, tp: int) -> int:
+    """Peak live activation of one token in the widest layer of a prefill step (bf16)."""
+    q_out = m.num_attention_heads * m.head_dim * (2 if m.attn_output_gate else 1)
+    widths = [q_out + 2 * m.num_kv_heads * m.head_dim, 2 * m.intermediate_size]
+    gdn_state = 0
+    if m.gdn is not None:
+        g = m.gdn
+        widths.append(2 * g.key_dim + 2 * g.value_dim + 2 * g.num_value_heads)
+        gdn_state = g.num_value_heads * g.key_head_dim * g.value_head_dim * 4 // GDN_CHUNK
+    if m.moe is not None:
+        fused = m.moe.experts_per_token * (2 * m.moe.expert_intermediate_size + m.hidden_size)
+        widths.append(fused + 2 * m.moe.shared_expert_intermediate_size)
+    per_rank = max(widths) // tp + gdn_state // tp
+    return m.dtype_bytes * (ACTIVATION_COPIES * m.hidden_size + per_rank)
+
+
+def activation_peak_bytes(m: ModelSpec, s: Settings) -> int:
+    tokens = s.max_num_batched_tokens
+    sampler = s.max_num_seqs * (1 + s.mtp) * m.vocab_size * 4 * SAMPLER_COPIES // s.tp
+    return tokens * activation_bytes_per_token(m, s.tp) + sampler
+
+
+def ple_page_cache_bytes(profile: ModelProfile, s: Settings) -> int:
+    ple = profile.ple
+    if not ple or not s.hardware.uma:
+        return 0
+    fmt = FORMAT_BYTES_PER_PARAM[str(ple.get("format", "bf16"))]
+    return int(int(ple["params"]) * fmt * s.ple_hot_fraction)
+
+
+def system_reserve_bytes(profile: ModelProfile, s: Settings) -> int:
+    if not s.hardware.uma or s.device == "cpu":
+        return 0
+    if "os_reserve_gib" in profile.reserve:
+        return int(float(profile.reserve["os_reserve_gib"]) * GiB)
+    return int(s.hardware.memory_bytes * s.hardware.os_reserve_fraction)
+
+
+def fixed_components(profile: ModelProfile, s: Settings) -> Components:
+    m = profile.spec
+    sizes = weight_components(m, s)
+    notes: dict[str, str] = {}
+    sizes["mtp_module"] = mtp_bytes(profile, s)
+    if "mtp_bytes" in profile.weights and s.mtp:
+        notes["mtp_module"] = "seed figure (profile weights.mtp_bytes)"
+    sizes["draft_vocab_slice"] = s.draft_vocab_rows * m.hidden_size * 2 // s.tp
+    sizes["ple_page_cache"] = ple_page_cache_bytes(profile, s)
+    notes["ple_page_cache"] = (
+        f"estimate: PLE table × hot fraction {s.ple_hot_fraction:g} "
+        "(page cache on UMA counts against the same memory)"
+    )
+    on_gpu = s.device == "cuda"
+    sizes["activation_peak"] = activation_peak_bytes(m, s)
+    notes["activation_peak"] = (
+        f"estimate: widest layer's live activations × "
+        f"{s.max_num_batched_tokens} batched tokens + sampler logits"
+    )
+    decode_tok = activation_bytes_per_token(m, s.tp)
+    sizes["cudagraph_pool"] = (
+        graph_pool_bytes(s.capture_sizes, s.cudagraph_mode, decode_tok, m.num_layers)
+        if on_gpu
+        else 0
+    )
+    notes["cudagraph_pool"] = (
+        f"estimate: {len(s.capture_sizes)} graphs ({s.cudagraph_mode}), "
+        "largest graph's activations + a fixed cost per graph"
+    )
+    sizes["runtime"] = (CUDA_CONTEXT_BYTES + (NCCL_BYTES if s.tp > 1 else 0)) if on_gpu else 0
+    notes["runtime"] = "estimate: CUDA context and library workspaces (+ NCCL with TP)"
+    sizes["system_reserve"] = system_reserve_bytes(profile, s)
+    notes["system_reserve"] = "OS, container and driver share of unified memory"
+    return Components({k: v for k, v in sizes.items() if v}, notes)

@@ -1,0 +1,77 @@
+"""The exact `vllm serve` arguments and the compose `.env` lines of a plan."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from budget.plan import Plan
+
+
+def vllm_args(plan: Plan) -> list[str]:
+    s = plan.settings
+    args: list[str] = []
+    if plan.model_dir:
+        args += ["--model", plan.model_dir]
+    if s.served_model_name:
+        args += ["--served-model-name", s.served_model_name]
+    if s.tp > 1:
+        args += ["--tensor-parallel-size", str(s.tp)]
+    args += [
+        "--max-model-len",
+        str(s.max_model_len),
+        "--max-num-seqs",
+        str(s.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(s.max_num_batched_tokens),
+        "--enable-chunked-prefill",
+        "--enable-prefix-caching" if s.prefix_caching else "--no-enable-prefix-caching",
+    ]
+    if s.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", s.kv_cache_dtype]
+    if s.block_size is not None:
+        args += ["--block-size", str(s.block_size)]
+    args += _memory_args(plan)
+    if s.mtp:
+        spec = {"method": "mtp", "num_speculative_tokens": s.mtp}
+        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if s.device == "cuda":
+        compilation = {
+            "cudagraph_mode": s.cudagraph_mode,
+            "cudagraph_capture_sizes": list(s.capture_sizes),
+        }
+        if s.cudagraph_mode == "NONE":
+            compilation = {"cudagraph_mode": "NONE"}
+        args += ["--compilation-config", json.dumps(compilation, separators=(",", ":"))]
+    args.append("--enable-prompt-tokens-details")
+    return args
+
+
+def _memory_args(plan: Plan) -> list[str]:
+    if plan.kv_mode == "utilization":
+        return ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
+    return ["--kv-cache-memory-bytes", str(plan.kv_cache_bytes)]
+
+
+def env_lines(plan: Plan, model: str) -> list[str]:
+    """`SPARKSERVE_*` inputs for compose's .env (the entrypoint recomputes the plan)."""
+    s = plan.settings
+    values: dict[str, object] = {
+        "MODEL": model,
+        "HARDWARE": s.hardware.name,
+        "DEVICE": s.device,
+        "TP": s.tp,
+        "MAX_MODEL_LEN": s.max_model_len,
+        "MAX_NUM_SEQS": s.max_num_seqs,
+        "MAX_NUM_BATCHED_TOKENS": s.max_num_batched_tokens,
+        "MTP": s.mtp,
+        "KV_CACHE_DTYPE": s.kv_cache_dtype,
+        "CUDAGRAPH_MODE": s.cudagraph_mode,
+        "PREFIX_CACHING": "on" if s.prefix_caching else "off",
+    }
+    if plan.kv_mode != "utilization":
+        values["KV_CACHE_MEMORY_BYTES"] = plan.kv_cache_bytes
+    if s.served_model_name:
+        values["SERVED_MODEL_NAME"] = s.served_model_name
+    return [f"SPARKSERVE_{key}={value}" for key, value in values.items()]

@@ -1,0 +1,213 @@
+"""Read a Hugging Face `config.json` (flat or under `text_config`) into a ModelSpec.
+
+Supported: Llama/Qwen2/Qwen3 dense, Qwen3-MoE, Qwen3-Next and Qwen3.5 hybrids
+(Gated-DeltaNet + full attention, MTP head), and any architecture with the
+same attention kinds.  Unknown layer kinds or missing fields are a BudgetError
+naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from budget.errors import BudgetError
+
+FULL_ATTENTION = "full_attention"
+LINEAR_ATTENTION = "linear_attention"
+# torch dtype names in config.json → bytes per element.
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+# Keys whose presence we understand but that change no byte we size.
+_SUPPORTED_LAYER_TYPES = {FULL_ATTENTION, LINEAR_ATTENTION}
+
+
+@dataclass(frozen=True)
+class GDNSpec:
+    """Gated-DeltaNet (linear attention) dimensions, as in Qwen3-Next configs."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel_dim: int
+    ssm_dtype_bytes: int
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    shared_expert_intermediate_size: int
+    sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+
+    def is_moe_layer(self, index: int) -> bool:
+        return index not in self.mlp_only_layers and (index + 1) % self.sparse_step == 0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    architecture: str
+    hidden_size: int
+    layer_types: tuple[str, ...]
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    tie_word_embeddings: bool
+    dtype_bytes: int
+    max_position_embeddings: int
+    attn_output_gate: bool = False
+    gdn: GDNSpec | None = None
+    moe: MoESpec | None = None
+    mtp_layers: int = 0
+    assumed: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_types)
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        return self.layer_types.count(FULL_ATTENTION)
+
+    @property
+    def num_gdn_layers(self) -> int:
+        return self.layer_types.count(LINEAR_ATTENTION)
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.num_gdn_layers > 0
+
+
+def _need(cfg: dict[str, Any], key: str, source: str) -> Any:
+    if key not in cfg or cfg[key] is None:
+        raise BudgetError(f"{source}: field '{key}' is missing; this model kind needs it")
+    return cfg[key]
+
+
+def _positive_int(cfg: dict[str, Any], key: str, source: str) -> int:
+    value = _need(cfg, key, source)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BudgetError(f"{source}: field '{key}'={value!r}; must be a positive integer")
+    return value
+
+
+def _dtype_bytes(value: Any, key: str, source: str) -> int:
+    if value is None:
+        return 2
+    name = str(value).removeprefix("torch.")
+    if name not in DTYPE_BYTES:
+        allowed = ", ".join(sorted(DTYPE_BYTES))
+        raise BudgetError(f"{source}: field '{key}'={value!r}; allowed: {allowed}")
+    return DTYPE_BYTES[name]
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config: `text_config` when present (Qwen3.5), else the top."""
+    inner = config.get("text_config")
+    if isinstance(inner, dict):
+        merged = {k: v for k, v in config.items() if k != "text_config"}
+        merged.update(inner)
+        return merged
+    return config
+
+
+def _layer_types(cfg: dict[str, Any], num_layers: int, source: str) -> tuple[str, ...]:
+    if "layer_types" in cfg and cfg["layer_types"] is not None:
+        types = tuple(str(t) for t in cfg["layer_types"])
+        if len(types) != num_layers:
+            raise BudgetError(
+                f"{source}: field 'layer_types' has {len(types)} entries; "
+                f"num_hidden_layers={num_layers}"
+            )
+        unknown = sorted(set(types) - _SUPPORTED_LAYER_TYPES)
+        if unknown:
+            raise BudgetError(
+                f"{source}: field 'layer_types' has unsupported kind {unknown[0]!r}; "
+                f"supported: {', '.join(sorted(_SUPPORTED_LAYER_TYPES))}"
+            )
+        return types
+    if "full_attention_interval" in cfg:
+        interval = _positive_int(cfg, "full_attention_interval", source)
+        return tuple(
+            FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION
+            for i in range(num_layers)
+        )
+    return (FULL_ATTENTION,) * num_layers
+
+
+def _gdn(cfg: dict[str, Any], source: str) -> GDNSpec:
+    ssm = cfg.get("mamba_ssm_dtype")
+    return GDNSpec(
+        num_key_heads=_positive_int(cfg, "linear_num_key_heads", source),
+        num_value_heads=_positive_int(cfg, "linear_num_value_heads", source),
+        key_head_dim=_positive_int(cfg, "linear_key_head_dim", source),
+        value_head_dim=_positive_int(cfg, "linear_value_head_dim", source),
+        conv_kernel_dim=_positive_int(cfg, "linear_conv_kernel_dim", source),
+        ssm_dtype_bytes=_dtype_bytes(
+            ssm if ssm is not None else cfg.get("torch_dtype"), "mamba_ssm_dtype", source
+        ),
+    )
+
+
+def _moe(cfg: dict[str, Any], source: str) -> MoESpec | None:
+    experts = cfg.get("num_experts", cfg.get("num_local_experts", cfg.get("n_routed_experts")))
+    if not experts:
+        return None
+    key = "moe_intermediate_size" if "moe_intermediate_size" in cfg else "intermediate_size"
+    return MoESpec(
+        num_experts=int(experts),
+        experts_per_token=_positive_int(cfg, "num_experts_per_tok", source),
+        expert_intermediate_size=_positive_int(cfg, key, source),
+        shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
+        sparse_step=int(cfg.get("decoder_sparse_step") or 1),
+        mlp_only_layers=tuple(int(i) for i in cfg.get("mlp_only_layers") or ()),
+    )
+
+
+def model_from_config(config: dict[str, Any], name: str, source: str) -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json; `source` names it in errors."""
+    cfg = text_config(config)
+    archs = config.get("architectures") or cfg.get("architectures") or [cfg.get("model_type")]
+    num_layers = _positive_int(cfg, "num_hidden_layers", source)
+    hidden = _positive_int(cfg, "hidden_size", source)
+    heads = _positive_int(cfg, "num_attention_heads", source)
+    layer_types = _layer_types(cfg, num_layers, source)
+    has_gdn = LINEAR_ATTENTION in layer_types
+    return ModelSpec(
+        name=name,
+        architecture=str(archs[0]),
+        hidden_size=hidden,
+        layer_types=layer_types,
+        num_attention_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        vocab_size=_positive_int(cfg, "vocab_size", source),
+        intermediate_size=int(cfg.get("intermediate_size") or 0),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        dtype_bytes=_dtype_bytes(cfg.get("torch_dtype", cfg.get("dtype")), "torch_dtype", source),
+        max_position_embeddings=_positive_int(cfg, "max_position_embeddings", source),
+        attn_output_gate=bool(cfg.get("attn_output_gate", has_gdn)),
+        gdn=_gdn(cfg, source) if has_gdn else None,
+        moe=_moe(cfg, source),
+        mtp_layers=int(
+            cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0
+        ),
+        assumed=tuple(str(a) for a in config.get("_sparkserve_assumed", ())),
+    )

@@ -1,0 +1,267 @@
+"""Build a memory plan: fixed components + the KV pool vLLM will size, against the machine."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from budget.components import Components, fixed_components
+from budget.flags import env_lines, vllm_args
+from budget.kv import (
+    KVCapacity,
+    KVLayout,
+    KVModel,
+    KVSettings,
+    kv_capacity,
+    kv_layout,
+    min_kv_bytes_to_start,
+)
+from budget.model import ModelSpec
+from budget.options import PlanOptions
+from budget.profiles import ModelProfile, load_model
+from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings, resolve
+from budget.speed import SpeedEstimate, estimate_speed
+from budget.weights import FORMAT_BYTES_PER_PARAM
+
+KV_BYTES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+# Components vLLM's profiler subtracts from the requested fraction on the GPU.
+VLLM_ACCOUNTED = (
+    "weights.",
+    "mtp_module",
+    "draft_vocab_slice",
+    "activation_peak",
+    "cudagraph_pool",
+    "runtime",
+)
+
+
+@dataclass
+class Plan:
+    settings: Settings
+    model: ModelSpec
+    model_name: str
+    model_dir: str | None
+    kv_mode: str  # "fixed" (given), "chosen" (planner sets bytes), "utilization"
+    gpu_memory_utilization: float | None
+    layout: KVLayout
+    capacity: KVCapacity
+    kv_cache_bytes: int
+    components: dict[str, int]
+    notes: dict[str, str]
+    usable_bytes: int
+    speed: SpeedEstimate
+    warnings: list[str] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.components.values())
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.usable_bytes - self.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom_bytes >= 0 and self.capacity.starts and self.kv_cache_bytes > 0
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return self.capacity.kv_cache_tokens
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.capacity.max_concurrency
+
+    @property
+    def block_size(self) -> int:
+        return self.layout.block_size
+
+    @property
+    def vllm_args(self) -> list[str]:
+        return vllm_args(self)
+
+    def env_lines(self) -> list[str]:
+        return env_lines(self, self.model_dir or self.model_name)
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "model": self.model_name,
+            "model_dir": self.model_dir,
+            "hardware": s.hardware.name,
+            "device": s.device,
+            "uma": s.hardware.uma,
+            "fits": self.fits,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": self.max_concurrency,
+            "block_size": self.block_size,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "total_bytes": self.total_bytes,
+            "usable_bytes": self.usable_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "components": dict(self.components),
+            "estimates": dict(self.notes),
+            "suggestions": list(self.suggestions),
+            "vllm_args": self.vllm_args,
+            "warnings": list(self.warnings),
+            "kv_mode": self.kv_mode,
+            "settings": {
+                "tp": s.tp,
+                "max_model_len": s.max_model_len,
+                "max_num_seqs": s.max_num_seqs,
+                "max_num_batched_tokens": s.max_num_batched_tokens,
+                "kv_cache_dtype": s.kv_cache_dtype,
+                "mtp": s.mtp,
+                "prefix_caching": s.prefix_caching,
+                "cudagraph_mode": s.cudagraph_mode,
+                "cudagraph_capture_sizes": list(s.capture_sizes),
+                "gpu_memory_utilization": self.gpu_memory_utilization,
+                "draft_vocab_rows": s.draft_vocab_rows,
+                "weight_formats": dict(s.formats),
+            },
+            "kv_layout": {
+                "page_bytes": self.layout.page_bytes,
+                "num_groups": self.layout.num_groups,
+                "group_size": self.layout.group_size,
+                "padding_layers": self.layout.padding_layers,
+                "blocks_per_request": self.layout.blocks_per_request,
+                "num_blocks": self.capacity.num_blocks,
+                "log_lines": list(self.layout.log_lines),
+            },
+            "speed_estimate": self.speed.to_dict(),
+            "assumed": list(self.model.assumed),
+        }
+
+
+def kv_model(m: ModelSpec, mtp_k: int) -> KVModel:
+    g = m.gdn
+    return KVModel(
+        num_attention_layers=m.num_full_attention_layers,
+        num_gdn_layers=m.num_gdn_layers,
+        num_kv_heads=m.num_kv_heads,
+        head_dim=m.head_dim,
+        head_dim_v=m.head_dim,
+        model_dtype_bytes=m.dtype_bytes,
+        linear_num_key_heads=g.num_key_heads if g else 0,
+        linear_num_value_heads=g.num_value_heads if g else 0,
+        linear_key_head_dim=g.key_head_dim if g else 0,
+        linear_value_head_dim=g.value_head_dim if g else 0,
+        linear_conv_kernel_dim=g.conv_kernel_dim if g else 0,
+        conv_state_dtype_bytes=m.dtype_bytes,
+        ssm_state_dtype_bytes=g.ssm_dtype_bytes if g else m.dtype_bytes,
+        mtp_layers=max(m.mtp_layers, 1) if mtp_k else 0,
+    )
+
+
+def kv_settings(s: Settings) -> KVSettings:
+    return KVSettings(
+        tp=s.tp,
+        device=s.device,
+        kv_cache_dtype=s.kv_cache_dtype,
+        max_model_len=s.max_model_len,
+        prefix_caching=s.prefix_caching,
+        mtp_k=s.mtp,
+        block_size=s.block_size,
+        flashinfer_gdn_align=s.device == "cuda" and s.hardware.flashinfer_gdn_align,
+    )
+
+
+def _usable(s: Settings, comps: Components, util: float | None) -> int:
+    hw = s.hardware
+    if s.device == "cuda" and not hw.uma:
+        return math.ceil(hw.memory_bytes * (util or DEFAULT_GPU_MEMORY_UTILIZATION))
+    return hw.memory_bytes
+
+
+def _kv_pool(s: Settings, comps: Components, usable: int) -> tuple[str, float | None, int]:
+    hw = s.hardware
+    if s.kv_cache_memory_bytes is not None:
+        return "fixed", None, s.kv_cache_memory_bytes
+    fixed = sum(comps.bytes.values())
+    if s.gpu_memory_utilization is not None and s.device == "cuda":
+        requested = math.ceil(hw.memory_bytes * s.gpu_memory_utilization)
+        accounted = sum(v for k, v in comps.bytes.items() if k.startswith(VLLM_ACCOUNTED))
+        return "utilization", s.gpu_memory_utilization, max(0, requested - accounted)
+    if s.device == "cuda" and not hw.uma:
+        return "utilization", DEFAULT_GPU_MEMORY_UTILIZATION, max(0, usable - fixed)
+    return "chosen", None, max(0, usable - fixed)
+
+
+def _speed(
+    plan_inputs: tuple[ModelProfile, Settings, KVLayout, int], acceptance: float
+) -> SpeedEstimate:
+    profile, s, layout, mtp_bytes = plan_inputs
+    m = profile.spec
+    fmt = FORMAT_BYTES_PER_PARAM[s.formats["routed_experts" if m.moe else "dense_mlp"]]
+    kv_per_token = layout.attention_page_bytes / layout.block_size * layout.attention_layers
+    return estimate_speed(
+        m,
+        weight_bytes_per_param=fmt,
+        kv_bytes_per_token=kv_per_token,
+        context=s.max_model_len // 2,
+        bandwidth_gbs=s.hardware.bandwidth_gbs,
+        tflops=s.hardware.bf16_tflops,
+        tp=s.tp,
+        mtp_k=s.mtp,
+        mtp_bytes=mtp_bytes,
+        draft_rows=s.draft_vocab_rows,
+        acceptance=acceptance,
+    )
+
+
+def plan_for(profile: ModelProfile, s: Settings, acceptance: float = 0.7) -> Plan:
+    """The plan for resolved settings (no suggestions)."""
+    comps = fixed_components(profile, s)
+    layout = kv_layout(kv_model(profile.spec, s.mtp), kv_settings(s))
+    usable = _usable(s, comps, s.gpu_memory_utilization)
+    mode, util, kv_bytes = _kv_pool(s, comps, usable)
+    capacity = kv_capacity(layout, kv_bytes, s.max_model_len)
+    sizes = dict(comps.bytes)
+    sizes["kv_cache"] = kv_bytes
+    notes = dict(comps.notes)
+    notes["kv_cache"] = "exact: vLLM's page/group arithmetic (budget/kv.py)"
+    plan = Plan(
+        settings=s,
+        model=profile.spec,
+        model_name=profile.spec.name,
+        model_dir=profile.model_dir,
+        kv_mode=mode,
+        gpu_memory_utilization=util,
+        layout=layout,
+        capacity=capacity,
+        kv_cache_bytes=kv_bytes,
+        components={k: v for k, v in sizes.items() if v or k == "kv_cache"},
+        notes={k: v for k, v in notes.items() if sizes.get(k)},
+        usable_bytes=usable,
+        speed=_speed((profile, s, layout, comps.bytes.get("mtp_module", 0)), acceptance),
+    )
+    plan.warnings = _warnings(plan)
+    return plan
+
+
+def _warnings(plan: Plan) -> list[str]:
+    from budget.advice import warnings_for
+
+    return warnings_for(plan)
+
+
+def build_plan(options: PlanOptions) -> Plan:
+    """Resolve the options, size everything, and add suggestions when it does not fit."""
+    from budget.advice import suggestions_for
+
+    profile = load_model(options.model)
+    settings = resolve(options, profile)
+    plan = plan_for(profile, settings, options.mtp_acceptance)
+    if not plan.fits:
+        plan.suggestions = suggestions_for(profile, settings, plan)
+    return plan
+
+
+def min_kv_bytes(plan: Plan) -> int:
+    return min_kv_bytes_to_start(plan.layout, plan.settings.max_model_len)
+
+
+def with_settings(profile: ModelProfile, s: Settings, **changes: Any) -> Plan:
+    return plan_for(profile, replace(s, **changes))

@@ -1,0 +1,133 @@
+"""Load model and hardware profiles (TOML files shipped in budget/profiles/) or a
+model directory holding an HF config.json.  The only file I/O of the planner."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from budget.errors import BudgetError
+from budget.model import ModelSpec, model_from_config
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    description: str
+    memory_bytes: int  # what CUDA (or the CPU backend) sees, per GPU
+    bandwidth_gbs: float
+    bf16_tflops: float
+    uma: bool
+    gpus: int = 1
+    sm: str = ""
+    os_reserve_fraction: float = 0.0
+
+    @property
+    def flashinfer_gdn_align(self) -> bool:
+        """SM90 / SM10x / SM12x take FlashInfer's GDN path (lcm-64 block alignment)."""
+        major = self.sm.split(".")[0]
+        return major in ("9", "10", "12")
+
+    @property
+    def sm100_family(self) -> bool:
+        return self.sm.split(".")[0] == "10"
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """A model plus the serving settings and weight formats its profile prescribes."""
+
+    spec: ModelSpec
+    model_dir: str | None  # set when loaded from a directory
+    serving: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, Any] = field(default_factory=dict)
+    draft_vocab: dict[str, Any] = field(default_factory=dict)
+    ple: dict[str, Any] = field(default_factory=dict)
+    reserve: dict[str, Any] = field(default_factory=dict)
+
+
+def _names(kind: str) -> list[str]:
+    return sorted(p.stem for p in (PROFILE_DIR / kind).glob("*.toml"))
+
+
+def model_names() -> list[str]:
+    return _names("models")
+
+
+def hardware_names() -> list[str]:
+    return [*_names("hardware"), "cpu", "custom"]
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise BudgetError(f"profile {path}: not valid TOML ({exc})") from None
+
+
+def load_hardware(name: str) -> Hardware:
+    path = PROFILE_DIR / "hardware" / f"{name}.toml"
+    if not path.is_file():
+        raise BudgetError(
+            f"hardware={name!r} is not a profile; known: {', '.join(hardware_names())}"
+        )
+    data = _load_toml(path)
+    return Hardware(
+        name=data["name"],
+        description=data["description"],
+        memory_bytes=int(float(data["memory_gib"]) * GiB),
+        bandwidth_gbs=float(data["bandwidth_gbs"]),
+        bf16_tflops=float(data["bf16_tflops"]),
+        uma=bool(data["uma"]),
+        gpus=int(data.get("gpus", 1)),
+        sm=str(data.get("sm", "")),
+        os_reserve_fraction=float(data.get("os_reserve_fraction", 0.0)),
+    )
+
+
+def _read_config_dir(directory: Path) -> dict[str, Any]:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise BudgetError(f"model={str(directory)!r}: no config.json in that directory")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BudgetError(f"model={str(directory)!r}: config.json is unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise BudgetError(f"model={str(directory)!r}: config.json is not a JSON object")
+    return data
+
+
+def load_model(name_or_dir: str) -> ModelProfile:
+    """A profile name (see `model_names()`) or a directory with config.json."""
+    profile = PROFILE_DIR / "models" / f"{name_or_dir}.toml"
+    if profile.is_file():
+        data = _load_toml(profile)
+        config = dict(data["config"])
+        config["_sparkserve_assumed"] = data.get("assumed", [])
+        spec = model_from_config(config, data["name"], f"profile {data['name']}")
+        return ModelProfile(
+            spec=spec,
+            model_dir=None,
+            serving=data.get("serving", {}),
+            weights=data.get("weights", {}),
+            draft_vocab=data.get("draft_vocab", {}),
+            ple=data.get("ple", {}),
+            reserve=data.get("reserve", {}),
+        )
+    directory = Path(name_or_dir)
+    if directory.is_dir():
+        config = _read_config_dir(directory)
+        spec = model_from_config(config, directory.name, f"{directory}/config.json")
+        return ModelProfile(spec=spec, model_dir=str(directory))
+    raise BudgetError(
+        f"model={name_or_dir!r} is neither a profile nor a directory; "
+        f"profiles: {', '.join(model_names())}"
+    )

@@ -1,0 +1,128 @@
+"""Human output of a plan: the table (with a bar per component) and a stacked-bar chart."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from budget.errors import BudgetError
+from budget.profiles import GiB
+
+if TYPE_CHECKING:
+    from budget.plan import Plan
+
+BAR_WIDTH = 30
+
+
+def _bar(part: int, whole: int) -> str:
+    filled = round(BAR_WIDTH * part / whole) if whole else 0
+    return "█" * filled + "·" * (BAR_WIDTH - filled)
+
+
+def _header(plan: Plan) -> list[str]:
+    s = plan.settings
+    hw = s.hardware
+    kind = "unified memory" if hw.uma else "discrete"
+    mtp = f"MTP {s.mtp}" if s.mtp else "MTP off"
+    graphs = f"{s.cudagraph_mode} {list(s.capture_sizes)}" if s.device == "cuda" else "no graphs"
+    return [
+        f"model     {plan.model_name} ({plan.model.architecture})",
+        f"hardware  {hw.name}: {hw.description} — {hw.memory_bytes / GiB:.1f} GiB, {kind}",
+        f"serving   device {s.device}, TP {s.tp}, context {s.max_model_len:,}, "
+        f"max seqs {s.max_num_seqs}, chunk {s.max_num_batched_tokens:,}, KV dtype "
+        f"{s.kv_cache_dtype}, {mtp}, prefix caching {'on' if s.prefix_caching else 'off'}, "
+        f"{graphs}",
+        "",
+    ]
+
+
+def _component_rows(plan: Plan) -> list[str]:
+    whole = plan.usable_bytes
+    rows = [f"{'component':<26}{'GiB':>9}  {'share of usable':<{BAR_WIDTH}}  how"]
+    for name, size in sorted(plan.components.items(), key=lambda kv: -kv[1]):
+        how = plan.notes.get(
+            name, "exact: parameter count × format" if name.startswith("weights.") else ""
+        )
+        rows.append(f"{name:<26}{size / GiB:>9.2f}  {_bar(size, whole)}  {how}")
+    rows.append(f"{'total':<26}{plan.total_bytes / GiB:>9.2f}")
+    rows.append(f"{'usable':<26}{plan.usable_bytes / GiB:>9.2f}")
+    rows.append(f"{'headroom':<26}{plan.headroom_bytes / GiB:>9.2f}")
+    return rows
+
+
+def _kv_rows(plan: Plan) -> list[str]:
+    from budget.kv import format_kv_log_line
+
+    s = plan.settings
+    line = format_kv_log_line(plan.capacity, s.max_model_len, s.device)
+    rows = [
+        "",
+        f"KV pool   {plan.kv_cache_bytes / GiB:.2f} GiB ({plan.kv_mode}), block "
+        f"{plan.block_size} tokens, {plan.layout.num_groups} group(s) × "
+        f"{plan.layout.group_size} layers, {plan.capacity.num_blocks:,} blocks",
+        f"vLLM will log: {line}",
+    ]
+    rows += [f"vLLM will log: {extra}" for extra in plan.layout.log_lines]
+    sp = plan.speed
+    rows.append(
+        f"speed     ESTIMATE (roofline): decode ≈ {sp.decode_tokens_per_s:.1f} tok/s "
+        f"per stream at {s.max_model_len // 2:,} tokens of context "
+        f"({sp.expected_tokens_per_step:.2f} tokens/step), prefill ≈ "
+        f"{sp.prefill_tokens_per_s:,.0f} tok/s"
+    )
+    return rows
+
+
+def render_table(plan: Plan) -> str:
+    verdict = (
+        f"FITS — {plan.kv_cache_tokens:,} KV tokens, max concurrency "
+        f"{plan.max_concurrency:.2f}× at {plan.settings.max_model_len:,} tokens"
+        if plan.fits
+        else "DOES NOT FIT"
+    )
+    lines = [*_header(plan), *_component_rows(plan), *_kv_rows(plan), "", verdict]
+    lines += [f"  → {tip}" for tip in plan.suggestions]
+    lines += [f"warning: {w}" for w in plan.warnings]
+    lines += ["", *command_lines(plan.vllm_args)]
+    return "\n".join(lines)
+
+
+def command_lines(args: list[str]) -> list[str]:
+    """`vllm serve` with one flag (and its value) per line, shell-quoted."""
+    groups: list[list[str]] = []
+    for arg in args:
+        if arg.startswith("--") or not groups:
+            groups.append([arg])
+        else:
+            groups[-1].append(arg)
+    parts = ["    " + " ".join(shlex.quote(a) for a in group) for group in groups]
+    return ["vllm serve \\", *[f"{p} \\" for p in parts[:-1]], parts[-1]]
+
+
+def write_chart(plan: Plan, path: Path) -> None:
+    """A stacked bar of the components against usable memory (PNG or SVG)."""
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise BudgetError(f"chart={str(path)!r}; the file must end in .png or .svg")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise BudgetError("--chart needs matplotlib: pip install 'sparkserve[chart]'") from None
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    left = 0.0
+    for name, size in sorted(plan.components.items(), key=lambda kv: -kv[1]):
+        ax.barh([0], [size / GiB], left=left, label=f"{name} {size / GiB:.1f}")
+        left += size / GiB
+    ax.axvline(plan.usable_bytes / GiB, color="black", linestyle="--", label="usable")
+    ax.set_xlabel("GiB")
+    ax.set_yticks([])
+    ax.set_title(
+        f"{plan.model_name} on {plan.settings.hardware.name}: "
+        f"{'fits' if plan.fits else 'does not fit'}"
+    )
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.3))
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)

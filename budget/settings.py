@@ -1,0 +1,201 @@
+"""Resolve PlanOptions against the model profile, hardware and vLLM's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from budget.errors import BudgetError
+from budget.graphs import check_capture_sizes, seeds_capture_sizes, vllm_default_capture_sizes
+from budget.options import CUDAGRAPH_MODES, DEVICES, KV_CACHE_DTYPES, PlanOptions
+from budget.profiles import GiB, Hardware, ModelProfile, load_hardware
+from budget.weights import COMPONENTS, check_format
+
+# vllm/engine/arg_utils.py `get_batch_defaults` (OpenAI server): (batched tokens, seqs).
+CPU_DEFAULTS = (2048, 128)
+GPU_SMALL_DEFAULTS = (2048, 256)
+GPU_70G_DEFAULTS = (8192, 1024)
+GPU_160G_DEFAULTS = (16384, 1024)
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vllm/config/cache.py
+DEFAULT_CPU_MEMORY_GIB = 24.0
+MTP_ARCH_HINTS = ("Qwen3Next", "Qwen3_5")
+
+
+@dataclass(frozen=True)
+class Settings:
+    hardware: Hardware
+    device: str
+    tp: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_dtype: str
+    mtp: int
+    prefix_caching: bool
+    block_size: int | None
+    cudagraph_mode: str
+    capture_sizes: tuple[int, ...]
+    gpu_memory_utilization: float | None
+    kv_cache_memory_bytes: int | None
+    draft_vocab_rows: int
+    ple_hot_fraction: float
+    formats: dict[str, str]
+    served_model_name: str | None
+
+
+def _positive(name: str, value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise BudgetError(f"{name}={value}; must be ≥ 1")
+    return value
+
+
+def _choose(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+    if value is not None and value not in allowed:
+        raise BudgetError(f"{name}={value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
+def _hardware(opts: PlanOptions, profile: ModelProfile, device: str) -> Hardware:
+    name = opts.hardware or ("cpu" if device == "cpu" else profile.serving.get("hardware"))
+    if name in (None, "custom", "cpu") or (opts.memory_gib is not None and opts.hardware is None):
+        if opts.memory_gib is None and name != "cpu":
+            raise BudgetError(
+                "hardware is not set; give --hardware NAME or --memory-gib X (custom hardware)"
+            )
+        mem = opts.memory_gib if opts.memory_gib is not None else DEFAULT_CPU_MEMORY_GIB
+        if mem <= 0:
+            raise BudgetError(f"memory_gib={mem}; must be > 0")
+        return Hardware(
+            name=name or "custom",
+            description=f"custom, {mem:g} GiB",
+            memory_bytes=int(mem * GiB),
+            bandwidth_gbs=opts.bandwidth_gbs or 100.0,
+            bf16_tflops=10.0 if device == "cpu" else 100.0,
+            uma=bool(opts.uma) or name == "cpu",
+            gpus=1,
+            os_reserve_fraction=0.12 if opts.uma else 0.0,
+        )
+    hw = load_hardware(name)
+    if opts.memory_gib is not None or opts.bandwidth_gbs is not None or opts.uma is not None:
+        hw = Hardware(
+            **{
+                **hw.__dict__,
+                "memory_bytes": int((opts.memory_gib or hw.memory_bytes / GiB) * GiB),
+                "bandwidth_gbs": opts.bandwidth_gbs or hw.bandwidth_gbs,
+                "uma": hw.uma if opts.uma is None else opts.uma,
+            }
+        )
+    return hw
+
+
+def _batch_defaults(device: str, hw: Hardware) -> tuple[int, int]:
+    if device == "cpu":
+        return CPU_DEFAULTS
+    if hw.uma:  # GB10 (DESIGN §3)
+        return GPU_SMALL_DEFAULTS
+    if hw.memory_bytes >= 160 * GiB:
+        return GPU_160G_DEFAULTS
+    return GPU_70G_DEFAULTS if hw.memory_bytes >= 70 * GiB else GPU_SMALL_DEFAULTS
+
+
+def _formats(opts: PlanOptions, profile: ModelProfile) -> dict[str, str]:
+    one_for_all = opts.weights_dtype or profile.serving.get("weights_dtype")
+    if one_for_all is not None:
+        check_format(str(one_for_all), "weights_dtype")
+    formats: dict[str, str] = {}
+    for comp in (*COMPONENTS, "mtp"):
+        given = one_for_all or profile.weights.get(comp, "bf16")
+        if comp in ("router", "norms"):
+            given = "bf16"
+        formats[comp] = check_format(str(given), f"weights.{comp}")
+    return formats
+
+
+def _mtp(opts: PlanOptions, profile: ModelProfile) -> int:
+    k = opts.mtp if opts.mtp is not None else int(profile.serving.get("mtp", 0))
+    if k < 0 or k > 16:
+        raise BudgetError(f"mtp={k}; must be between 0 (off) and 16")
+    spec = profile.spec
+    if k and spec.mtp_layers == 0 and not any(h in spec.architecture for h in MTP_ARCH_HINTS):
+        raise BudgetError(
+            f"mtp={k}; model {spec.name} ({spec.architecture}) has no MTP layers "
+            "(num_nextn_predict_layers / mtp_num_hidden_layers)"
+        )
+    return k
+
+
+def _graphs(
+    opts: PlanOptions, profile: ModelProfile, ctx: tuple[str, Hardware, str, int, int, int]
+) -> tuple[str, tuple[int, ...]]:
+    """Graph mode and capture sizes: the user's, the profile's (K+1)×S, or vLLM's default."""
+    device, hw, mode, mtp, seqs, mnbt = ctx
+    if device == "cpu":
+        return "NONE", ()
+    if opts.cudagraph_capture_sizes is not None:
+        return mode, check_capture_sizes(opts.cudagraph_capture_sizes)
+    if mode == "FULL_DECODE_ONLY" and "cudagraph_mode" in profile.serving:
+        return mode, seeds_capture_sizes(mtp, seqs)
+    return mode, vllm_default_capture_sizes(seqs, mtp, mnbt, hw.sm100_family)
+
+
+def resolve(opts: PlanOptions, profile: ModelProfile) -> Settings:
+    s = profile.serving
+    device = _choose("device", opts.device, DEVICES) or str(s.get("device", "cuda"))
+    hw = _hardware(opts, profile, device)
+    tp = _positive("tp", opts.tp) or int(s.get("tp", 1))
+    if tp > 1 and device == "cpu":
+        raise BudgetError(f"tp={tp}; the CPU plan supports tp=1 only")
+    mnbt_default, seqs_default = _batch_defaults(device, hw)
+    max_len = _positive("max_model_len", opts.max_model_len) or int(
+        s.get("max_model_len", profile.spec.max_position_embeddings)
+    )
+    seqs = _positive("max_num_seqs", opts.max_num_seqs) or int(s.get("max_num_seqs", seqs_default))
+    mnbt = _positive("max_num_batched_tokens", opts.max_num_batched_tokens) or int(
+        s.get("max_num_batched_tokens", mnbt_default)
+    )
+    kv_dtype = _choose("kv_cache_dtype", opts.kv_cache_dtype, KV_CACHE_DTYPES) or str(
+        s.get("kv_cache_dtype", "auto")
+    )
+    mode = _choose("cudagraph_mode", opts.cudagraph_mode, CUDAGRAPH_MODES) or str(
+        s.get("cudagraph_mode", "FULL_AND_PIECEWISE")
+    )
+    mtp = _mtp(opts, profile)
+    mode, sizes = _graphs(opts, profile, (device, hw, mode, mtp, seqs, mnbt))
+    util = opts.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise BudgetError(f"gpu_memory_utilization={util}; must be in (0, 1]")
+    if opts.kv_cache_memory_bytes is not None and opts.kv_cache_memory_bytes < 1:
+        raise BudgetError(f"kv_cache_memory_bytes={opts.kv_cache_memory_bytes}; must be ≥ 1")
+    block = _positive("block_size", opts.block_size)
+    if block is not None and device == "cuda" and block % 16:
+        raise BudgetError(f"block_size={block}; must be a multiple of 16 on cuda")
+    dv = profile.draft_vocab
+    use_draft = opts.draft_vocab if opts.draft_vocab is not None else bool(dv.get("enabled"))
+    hot = (
+        opts.ple_hot_fraction
+        if opts.ple_hot_fraction is not None
+        else float(profile.ple.get("hot_fraction", 0.0))
+    )
+    if not 0 <= hot <= 1:
+        raise BudgetError(f"ple_hot_fraction={hot}; must be between 0 and 1")
+    return Settings(
+        hardware=hw,
+        device=device,
+        tp=tp,
+        max_model_len=max_len,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=mnbt,
+        kv_cache_dtype=kv_dtype,
+        mtp=mtp,
+        prefix_caching=opts.prefix_caching
+        if opts.prefix_caching is not None
+        else bool(s.get("prefix_caching", True)),
+        block_size=block,
+        cudagraph_mode=mode,
+        capture_sizes=sizes,
+        gpu_memory_utilization=util,
+        kv_cache_memory_bytes=opts.kv_cache_memory_bytes,
+        draft_vocab_rows=int(dv.get("rows", 65536)) if use_draft and mtp else 0,
+        ple_hot_fraction=hot,
+        formats=_formats(opts, profile),
+        served_model_name=opts.served_model_name,
+    )

@@ -1,0 +1,58 @@
+"""Decode / prefill speed ESTIMATE from memory bandwidth and FLOPs (roofline)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from budget.model import ModelSpec
+from budget.weights import active_params_per_token
+
+
+@dataclass(frozen=True)
+class SpeedEstimate:
+    decode_bytes_per_step: int  # weights + KV + state read per decode step (one stream)
+    mtp_bytes_per_round: int  # draft passes: MTP module + lm_head (or draft slice) × K
+    draft_vocab_saving_bytes: int  # per MTP round, from the reduced draft vocab
+    expected_tokens_per_step: float  # 1 + a + a² + … + a^K
+    decode_tokens_per_s: float  # one stream
+    prefill_tokens_per_s: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        return dict(self.__dict__)
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    return sum(acceptance**i for i in range(k + 1))
+
+
+def estimate_speed(
+    m: ModelSpec,
+    *,
+    weight_bytes_per_param: float,
+    kv_bytes_per_token: float,
+    context: int,
+    bandwidth_gbs: float,
+    tflops: float,
+    tp: int,
+    mtp_k: int,
+    mtp_bytes: int,
+    draft_rows: int,
+    acceptance: float,
+) -> SpeedEstimate:
+    active = active_params_per_token(m)
+    step = int(active * weight_bytes_per_param / tp + kv_bytes_per_token * context)
+    lm_head_bytes = m.vocab_size * m.hidden_size * 2 // tp
+    draft_head = draft_rows * m.hidden_size * 2 // tp if draft_rows else lm_head_bytes
+    mtp_round = mtp_k * (mtp_bytes + draft_head)
+    saving = mtp_k * (lm_head_bytes - draft_head) if draft_rows else 0
+    tokens = expected_tokens(acceptance, mtp_k)
+    seconds = (step + mtp_round) / (bandwidth_gbs * 1e9)
+    prefill = tflops * 1e12 * tp / (2 * (active + m.vocab_size * m.hidden_size))
+    return SpeedEstimate(
+        decode_bytes_per_step=step,
+        mtp_bytes_per_round=mtp_round,
+        draft_vocab_saving_bytes=saving,
+        expected_tokens_per_step=tokens,
+        decode_tokens_per_s=tokens / seconds,
+        prefill_tokens_per_s=prefill,
+    )

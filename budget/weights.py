@@ -1,0 +1,161 @@
+"""Resident weight bytes per component, per tensor-parallel rank.
+
+Parameter counts follow the layer shapes of the Qwen3 / Qwen3-MoE / Qwen3-Next
+modules in vLLM (q/k/v/o, gated q for hybrids, GDN in_proj_qkvz/ba + conv +
+out_proj, SwiGLU MLPs, router, shared expert with its gate).  Norm and bias
+vectors are counted too; they are tiny.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from budget.errors import BudgetError
+from budget.model import FULL_ATTENTION, ModelSpec
+
+# Bytes per parameter of each weight format, scales included:
+#   fp8   — one fp32 scale per 128×128 block (block-wise FP8 checkpoints);
+#   nvfp4 — 4-bit values + one fp8 scale per 16 values (+ a global fp32 scale);
+#   int4  — AWQ/GPTQ style: 4-bit values + fp16 scale and 4-bit zero per group of 128.
+FORMAT_BYTES_PER_PARAM: dict[str, float] = {
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0 + 4 / (128 * 128),
+    "nvfp4": 0.5 + 1 / 16,
+    "int4": 0.5 + (2 + 0.5) / 128,
+}
+COMPONENTS = (
+    "attention",
+    "gdn",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "embeddings",
+    "lm_head",
+    "norms",
+)
+# Components kept in bf16 whatever `--weights-dtype` says (as quantised checkpoints do).
+ALWAYS_BF16 = ("router", "norms")
+
+
+def check_format(name: str, what: str) -> str:
+    if name not in FORMAT_BYTES_PER_PARAM:
+        allowed = ", ".join(FORMAT_BYTES_PER_PARAM)
+        raise BudgetError(f"{what}={name!r}; allowed: {allowed}")
+    return name
+
+
+def _attention_params(m: ModelSpec) -> int:
+    q_out = m.num_attention_heads * m.head_dim * (2 if m.attn_output_gate else 1)
+    kv_out = 2 * m.num_kv_heads * m.head_dim
+    o_in = m.num_attention_heads * m.head_dim
+    return m.hidden_size * (q_out + kv_out) + o_in * m.hidden_size + 2 * m.head_dim
+
+
+def _gdn_params(m: ModelSpec) -> int:
+    g = m.gdn
+    if g is None:
+        return 0
+    qkvz = m.hidden_size * (2 * g.key_dim + 2 * g.value_dim)
+    ba = m.hidden_size * 2 * g.num_value_heads
+    conv = g.conv_dim * g.conv_kernel_dim
+    out = g.value_dim * m.hidden_size
+    return qkvz + ba + conv + out + 2 * g.num_value_heads + g.value_head_dim
+
+
+def _mlp_params(hidden: int, intermediate: int) -> int:
+    return 3 * hidden * intermediate
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one decoder layer, split by component."""
+
+    attention: int
+    gdn: int
+    dense_mlp: int
+    routed_experts: int
+    shared_experts: int
+    router: int
+    norms: int
+
+
+def layer_params(m: ModelSpec, index: int, kind: str) -> LayerParams:
+    moe = m.moe
+    is_moe = moe is not None and moe.is_moe_layer(index)
+    routed = shared = router = dense = 0
+    if is_moe and moe is not None:
+        routed = moe.num_experts * _mlp_params(m.hidden_size, moe.expert_intermediate_size)
+        router = m.hidden_size * moe.num_experts
+        if moe.shared_expert_intermediate_size:
+            shared = _mlp_params(m.hidden_size, moe.shared_expert_intermediate_size)
+            router += m.hidden_size  # shared_expert_gate
+    else:
+        dense = _mlp_params(m.hidden_size, m.intermediate_size)
+    return LayerParams(
+        attention=_attention_params(m) if kind == FULL_ATTENTION else 0,
+        gdn=_gdn_params(m) if kind != FULL_ATTENTION else 0,
+        dense_mlp=dense,
+        routed_experts=routed,
+        shared_experts=shared,
+        router=router,
+        norms=2 * m.hidden_size,
+    )
+
+
+def main_model_params(m: ModelSpec) -> dict[str, int]:
+    """Parameter count of the main model per component (no MTP)."""
+    totals = dict.fromkeys(COMPONENTS, 0)
+    for index, kind in enumerate(m.layer_types):
+        lp = layer_params(m, index, kind)
+        for name in (
+            "attention",
+            "gdn",
+            "dense_mlp",
+            "routed_experts",
+            "shared_experts",
+            "router",
+            "norms",
+        ):
+            totals[name] += getattr(lp, name)
+    totals["embeddings"] = m.vocab_size * m.hidden_size
+    totals["lm_head"] = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size
+    totals["norms"] += m.hidden_size
+    return totals
+
+
+def mtp_params(m: ModelSpec) -> int:
+    """One MTP module per layer: fc(2h→h), two pre-norms, a full-attention MoE layer.
+
+    Qwen3-Next's MTP shares the main model's embedding and lm_head.
+    """
+    if m.mtp_layers == 0:
+        return 0
+    lp = layer_params(m, 0, FULL_ATTENTION)
+    per_layer = (
+        2 * m.hidden_size * m.hidden_size
+        + 3 * m.hidden_size
+        + lp.attention
+        + lp.dense_mlp
+        + lp.routed_experts
+        + lp.shared_experts
+        + lp.router
+        + lp.norms
+    )
+    return m.mtp_layers * per_layer
+
+
+def active_params_per_token(m: ModelSpec) -> int:
+    """Parameters read per decoded token: everything but the unrouted experts."""
+    params = main_model_params(m)
+    routed_active = 0
+    if m.moe is not None and params["routed_experts"]:
+        routed_active = params["routed_experts"] * m.moe.experts_per_token // m.moe.num_experts
+    return sum(params.values()) - params["routed_experts"] + routed_active - params["embeddings"]
+
+
+def sharded(params: int, bytes_per_param: float, tp: int, replicated: bool = False) -> int:
+    """Bytes on one rank: column/row-parallel weights split by TP, others replicated."""
+    total = params * bytes_per_param
+    return int(total if replicated else -(-total // tp))

@@ -1,0 +1,137 @@
+"""Plan invariants and the does-not-fit advice."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from budget.errors import BudgetError
+from budget.options import PlanOptions
+from budget.plan import build_plan
+from budget.profiles import GiB
+
+
+@settings(max_examples=25, deadline=None)
+@given(mem=st.floats(min_value=20, max_value=200), extra=st.floats(min_value=0.5, max_value=50))
+def test_more_memory_never_fewer_tokens(mem: float, extra: float) -> None:
+    small = build_plan(PlanOptions(model="qwen3-30b-a3b", memory_gib=mem, max_model_len=32768))
+    big = build_plan(
+        PlanOptions(model="qwen3-30b-a3b", memory_gib=mem + extra, max_model_len=32768)
+    )
+    assert big.kv_cache_tokens >= small.kv_cache_tokens
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    model=st.sampled_from(["qwen3.8-flash-next", "qwen3-next-80b-a3b", "llama-3.1-8b"]),
+    hw=st.sampled_from(["dgx-spark", "h200", "rtx-pro-6000", "rtx-5090"]),
+    seqs=st.integers(1, 64),
+    chunk=st.sampled_from([512, 2048, 8192]),
+)
+def test_components_sum_to_total(model: str, hw: str, seqs: int, chunk: int) -> None:
+    plan = build_plan(
+        PlanOptions(
+            model=model,
+            hardware=hw,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=chunk,
+            max_model_len=32768,
+        )
+    )
+    data = plan.to_dict()
+    assert sum(data["components"].values()) == data["total_bytes"]
+    assert data["usable_bytes"] - data["total_bytes"] == data["headroom_bytes"]
+    assert data["fits"] == (data["headroom_bytes"] >= 0 and data["max_concurrency"] >= 1)
+
+
+def test_tp2_halves_weights_per_rank() -> None:
+    one = build_plan(PlanOptions(model="llama-3.1-8b", hardware="h100-80gb"))
+    two = build_plan(PlanOptions(model="llama-3.1-8b", hardware="h100-80gb", tp=2))
+    assert two.components["weights.dense_mlp"] * 2 == pytest.approx(
+        one.components["weights.dense_mlp"], rel=1e-6
+    )
+    assert "--tensor-parallel-size" in two.vllm_args
+
+
+def test_fp8_kv_doubles_dense_capacity_at_fixed_pool() -> None:
+    base = dict(model="llama-3.1-8b", hardware="h100-80gb", kv_cache_memory_bytes=8 * GiB)
+    bf16 = build_plan(PlanOptions(**base))  # type: ignore[arg-type]
+    fp8 = build_plan(PlanOptions(kv_cache_dtype="fp8", **base))  # type: ignore[arg-type]
+    assert fp8.kv_cache_tokens == 2 * bf16.kv_cache_tokens
+
+
+def test_not_fitting_names_component_and_computed_fixes() -> None:
+    plan = build_plan(PlanOptions(hardware="rtx-5090"))
+    assert not plan.fits
+    assert "short by" in plan.suggestions[0] and "weights.routed_experts" in plan.suggestions[0]
+    text = "\n".join(plan.suggestions)
+    assert "--hardware" in text and "--tp" in text
+
+
+def test_too_long_context_suggests_largest_that_fits() -> None:
+    plan = build_plan(
+        PlanOptions(model="llama-3.1-8b", hardware="rtx-4090", max_model_len=131072, max_num_seqs=8)
+    )
+    assert not plan.fits
+    tip = next(t for t in plan.suggestions if "largest context" in t)
+    ctx = int(tip.split()[1].rstrip(":"))
+    fits = build_plan(
+        PlanOptions(model="llama-3.1-8b", hardware="rtx-4090", max_model_len=ctx, max_num_seqs=8)
+    )
+    too_long = build_plan(
+        PlanOptions(
+            model="llama-3.1-8b", hardware="rtx-4090", max_model_len=ctx + 1, max_num_seqs=8
+        )
+    )
+    assert fits.fits and not too_long.fits
+
+
+def test_fixed_pool_larger_than_memory_does_not_fit() -> None:
+    plan = build_plan(PlanOptions(kv_cache_memory_bytes=100 * GiB))
+    assert not plan.fits and plan.headroom_bytes < 0
+
+
+def test_utilization_predicts_pool_and_emits_fraction() -> None:
+    plan = build_plan(
+        PlanOptions(model="llama-3.1-8b", hardware="h200", gpu_memory_utilization=0.5)
+    )
+    assert "--gpu-memory-utilization" in plan.vllm_args
+    lower = build_plan(
+        PlanOptions(model="llama-3.1-8b", hardware="h200", gpu_memory_utilization=0.4)
+    )
+    assert plan.kv_cache_bytes > lower.kv_cache_bytes
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (PlanOptions(model="nope"), "neither a profile nor a directory"),
+        (PlanOptions(hardware="tpu-v9"), "not a profile"),
+        (PlanOptions(max_num_seqs=0), "max_num_seqs=0"),
+        (PlanOptions(mtp=3, model="llama-3.1-8b", hardware="h200"), "no MTP layers"),
+        (PlanOptions(gpu_memory_utilization=1.5), "gpu_memory_utilization=1.5"),
+        (PlanOptions(block_size=20), "multiple of 16"),
+        (PlanOptions(ple_hot_fraction=2.0), "between 0 and 1"),
+        (PlanOptions(device="cpu", tp=2), "tp=1 only"),
+    ],
+)
+def test_impossible_settings_are_clear_errors(options: PlanOptions, message: str) -> None:
+    with pytest.raises(BudgetError, match=message):
+        build_plan(options)
+
+
+def test_model_dir_uses_vllm_defaults(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tools.tiny_model import write_tiny_model
+
+    model = write_tiny_model(tmp_path / "m", "hybrid-mtp")
+    plan = build_plan(PlanOptions(model=str(model), hardware="h200"))
+    s = plan.settings
+    assert (s.mtp, s.prefix_caching, s.max_model_len) == (0, True, 4096)
+    assert (s.max_num_batched_tokens, s.max_num_seqs) == (8192, 1024)  # vLLM's ≥70 GiB defaults
+    assert plan.vllm_args[:2] == ["--model", str(model)]
+
+
+def test_undercovered_decode_widths_warn() -> None:
+    plan = build_plan(PlanOptions(cudagraph_capture_sizes=(4, 8)))
+    assert any("[12, 16]" in w for w in plan.warnings)
