@@ -56,3 +56,11 @@ tiny-model: $(VENV)/.test-stamp ## Write the tiny test model to run/tiny-model (
 
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis run
+
+# --- deployment and observability (issue 7) ---------------------------------------------
+.PHONY: prometheus-bin
+prometheus-bin: ## Install Prometheus + promtool (Debian package) unless on PATH; tests need them
+	@bash tools/install_prometheus.sh
+
+# The integration tests run a real Prometheus and promtool.
+test test-fast: prometheus-bin
