@@ -1,0 +1,127 @@
+"""The vLLM child: its own process group, its output forwarded line by line.
+
+Stopping it signals the whole group (the API server and its EngineCore
+processes): SIGTERM, wait the grace period, SIGKILL; then any process left in the
+group is killed, so nothing outlives the entrypoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import IO
+
+from entrypoint.console import Console
+from entrypoint.logscan import LogWatcher
+from entrypoint.planning import Launch
+
+TAIL_LINES = 200
+GROUP_EXIT_WAIT_SECONDS = 2.0
+
+
+def reap_orphans(own_child: int) -> None:
+    """As PID 1, reap exited processes re-parented to us (never our own child: Popen does)."""
+    if os.getpid() != 1:
+        return
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid in (0, own_child):
+            return
+        os.waitpid(info.si_pid, 0)
+
+
+def describe_returncode(code: int) -> str:
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name} (code {128 - code})"
+    return f"exit code {code}"
+
+
+class VLLMChild:
+    """A started vLLM; `poll()` is None while it runs."""
+
+    def __init__(
+        self, launch: Launch, console: Console, watcher: LogWatcher, environ: dict[str, str]
+    ) -> None:
+        self._console = console
+        self._watcher = watcher
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._tail_lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            launch.argv,
+            env={**environ, **launch.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            bufsize=0,
+        )
+        self.pid = self.proc.pid
+        assert self.proc.stdout is not None
+        self._reader = threading.Thread(
+            target=self._forward, args=(self.proc.stdout,), name="vllm-output", daemon=True
+        )
+        self._reader.start()
+
+    def _forward(self, stream: IO[bytes]) -> None:
+        for raw in iter(stream.readline, b""):
+            text = raw.decode(errors="replace").rstrip("\r\n")
+            line = text.rsplit("\r", 1)[-1]  # progress bars redraw with \r
+            with self._tail_lock:
+                self._tail.append(line)
+            self._console.vllm(line)
+            for message in self._watcher.feed(line):
+                self._console.phase(message)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def tail(self, lines: int) -> list[str]:
+        """The last lines vLLM printed (after letting the reader drain a moment)."""
+        self._reader.join(timeout=1.0)
+        with self._tail_lock:
+            return list(self._tail)[-lines:]
+
+    def _signal_group(self, sig: signal.Signals) -> bool:
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def _wait_group(self, seconds: float, sleep: Callable[[float], None] = time.sleep) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.proc.poll()
+            reap_orphans(self.pid)
+            if not self._group_alive():
+                return True
+            sleep(0.1)
+        return False
+
+    def stop(self, grace_seconds: float) -> int:
+        """SIGTERM the group, SIGKILL what is left after the grace period; vLLM's code."""
+        if self.proc.poll() is None and self._signal_group(signal.SIGTERM):
+            if not self._wait_group(grace_seconds):
+                self._console.say(f"vLLM still running after {grace_seconds:g} s: SIGKILL")
+        self.kill_group()
+        return self.proc.wait()
+
+    def kill_group(self) -> None:
+        """SIGKILL every process left in vLLM's group (EngineCore after a dead parent)."""
+        if self._signal_group(signal.SIGKILL):
+            self._wait_group(GROUP_EXIT_WAIT_SECONDS)
+        self.proc.poll()

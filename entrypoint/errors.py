@@ -1,0 +1,38 @@
+"""The one exception base of the entrypoint; `cli.main` turns it into an exit code.
+
+Exit codes (DESIGN §2): 0 requested stop, 1 the plan does not fit, 2 bad
+configuration, 3 vLLM exited, died or never became healthy after start.
+"""
+
+from __future__ import annotations
+
+EXIT_STOPPED = 0
+EXIT_DOES_NOT_FIT = 1
+EXIT_BAD_CONFIG = 2
+EXIT_VLLM_FAILED = 3
+
+
+class EntrypointError(Exception):
+    """A failure the entrypoint reports as one line and an exit code."""
+
+    exit_code = EXIT_BAD_CONFIG
+
+
+class ConfigError(EntrypointError):
+    """A SPARKSERVE_* value (or its flag) is malformed; the message names it."""
+
+
+class PreflightError(EntrypointError):
+    """A check before start failed: model unreadable, unknown flag, no GPU."""
+
+
+class DoesNotFitError(EntrypointError):
+    """The plan (or the memory free right now) is too small and SPARKSERVE_FORCE is off."""
+
+    exit_code = EXIT_DOES_NOT_FIT
+
+
+class VLLMFailedError(EntrypointError):
+    """vLLM exited, died, or did not become healthy in time."""
+
+    exit_code = EXIT_VLLM_FAILED

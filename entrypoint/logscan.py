@@ -1,0 +1,87 @@
+"""Read vLLM's log lines: start-up phases and the numbers to calibrate the plan against.
+
+Lines parsed (DESIGN §3; vllm/v1/core/kv_cache_utils.py, vllm/v1/worker/gpu_worker.py,
+gpu_model_runner.py): `GPU KV cache size: N tokens, Maximum concurrency for L tokens
+per request: X.XXx` (CPU prefix on CPU; two lines on vLLM 0.24), `Available KV cache
+memory: X GiB`, `Model loading took X GiB`, `Graph capturing finished in N secs, took
+X GiB`, `init engine (…) took X s`, `Starting vLLM server on …`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+from budget.units import GiB
+
+KV_TOKENS = re.compile(r"\b[A-Z]+(?: \+ host)? KV cache size: ([\d,]+) tokens")
+CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+AVAILABLE_KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+MODEL_LOADING = re.compile(r"Model loading took ([\d.]+) GiB")
+GRAPHS = re.compile(r"Graph capturing finished in ([\d.]+) secs?, took (-?[\d.]+) GiB")
+ENGINE_INIT = re.compile(r"init engine \(.*\) took ([\d.]+) s")
+SERVER_UP = re.compile(r"Starting vLLM (?:API )?server on (\S+)")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What vLLM logged; None until (unless) the line appears."""
+
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_model_len: int | None = None
+    kv_cache_bytes: int | None = None
+    weights_bytes: int | None = None
+    cudagraph_bytes: int | None = None
+    graph_capture_seconds: float | None = None
+
+
+def _gib_bytes(text: str) -> int:
+    return round(float(text) * GiB)
+
+
+def _count(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+class LogWatcher:
+    """Fed every vLLM line (from the forwarding thread); returns phase messages."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._observed = Observed()
+
+    def snapshot(self) -> Observed:
+        with self._lock:
+            return self._observed
+
+    def _update(self, **changes: Any) -> Observed:
+        with self._lock:
+            self._observed = replace(self._observed, **changes)
+            return self._observed
+
+    def feed(self, line: str) -> list[str]:
+        """Record the numbers in `line`; the phases it marks, as messages."""
+        phases: list[str] = []
+        if match := MODEL_LOADING.search(line):
+            self._update(weights_bytes=_gib_bytes(match[1]))
+            phases.append(f"weights loaded ({float(match[1]):.2f} GiB)")
+        if match := AVAILABLE_KV.search(line):
+            self._update(kv_cache_bytes=_gib_bytes(match[1]))
+        if match := KV_TOKENS.search(line):
+            self._update(kv_cache_tokens=_count(match[1]))
+            phases.append(f"KV cache sized: {_count(match[1]):,} tokens")
+        if match := CONCURRENCY.search(line):
+            self._update(concurrency_model_len=_count(match[1]), max_concurrency=float(match[2]))
+        if match := GRAPHS.search(line):
+            self._update(
+                graph_capture_seconds=float(match[1]), cudagraph_bytes=_gib_bytes(match[2])
+            )
+            phases.append(f"CUDA graphs captured in {match[1]} s ({match[2]} GiB)")
+        if match := ENGINE_INIT.search(line):
+            phases.append(f"engine initialised in {match[1]} s")
+        if match := SERVER_UP.search(line):
+            phases.append(f"server starting on {match[1]}")
+        return phases

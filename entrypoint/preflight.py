@@ -1,0 +1,116 @@
+"""Checks before launch; each failure is one line and an exit code (DESIGN §2).
+
+Model directory readable; weights known for a profile; the plan fits; on unified
+memory, MemAvailable covers what vLLM will request; a GPU is visible when the
+plan runs on cuda. (The vLLM flag check is in vllm_flags.py: it imports vLLM.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from budget.plan import Plan
+from budget.units import GiB
+from entrypoint.config import EntrypointConfig
+from entrypoint.console import Console
+from entrypoint.errors import DoesNotFitError, PreflightError
+from entrypoint.hardware import HostMemory, Machine
+
+DROP_CACHES_HINT = (
+    "page cache from model files may hold that memory: on the host run "
+    "`sync; echo 3 > /proc/sys/vm/drop_caches` (vLLM #48140)"
+)
+NOT_VLLM_ALLOCATED = ("system_reserve",)  # planned for the OS, not requested by vLLM
+
+
+def looks_like_path(model: str) -> bool:
+    return "/" in model or model.startswith(".") or Path(model).is_dir()
+
+
+def check_model_dir(model: str) -> None:
+    """A directory model must hold a readable, valid config.json."""
+    if not looks_like_path(model):
+        return
+    config = Path(model) / "config.json"
+    if not Path(model).is_dir():
+        raise PreflightError(f"SPARKSERVE_MODEL={model}: no such directory")
+    try:
+        json.loads(config.read_text())
+    except OSError as exc:
+        raise PreflightError(
+            f"SPARKSERVE_MODEL={model}: cannot read {config}: {exc.strerror}"
+        ) from None
+    except ValueError as exc:
+        raise PreflightError(f"SPARKSERVE_MODEL={model}: {config} is not JSON: {exc}") from None
+
+
+def check_weights(config: EntrypointConfig, plan: Plan) -> None:
+    if plan.model_dir is None and config.weights is None:
+        raise PreflightError(
+            f"SPARKSERVE_MODEL={config.model} is a profile, so vLLM needs SPARKSERVE_WEIGHTS "
+            "(the checkpoint directory or HF repo id to load)"
+        )
+    if config.weights and looks_like_path(config.weights) and not Path(config.weights).is_dir():
+        raise PreflightError(f"SPARKSERVE_WEIGHTS={config.weights}: no such directory")
+
+
+def fit_problem(plan: Plan) -> str | None:
+    if plan.fits:
+        return None
+    short = -plan.headroom_bytes / GiB
+    reason = (
+        f"{short:.2f} GiB over the usable {plan.usable_bytes / GiB:.2f} GiB"
+        if plan.headroom_bytes < 0
+        else "the KV pool cannot hold one max_model_len request"
+    )
+    hint = f" — {plan.suggestions[0]}" if plan.suggestions else ""
+    return f"the plan does not fit: {reason}{hint}"
+
+
+def check_fits(plan: Plan, force: bool, console: Console) -> None:
+    if (problem := fit_problem(plan)) is None:
+        return
+    if not force:
+        raise DoesNotFitError(problem + " (SPARKSERVE_FORCE=on starts anyway)")
+    console.say(f"warning: {problem}; starting anyway (SPARKSERVE_FORCE=on)")
+
+
+def vllm_request_bytes(plan: Plan) -> int:
+    """What vLLM will take from memory: the fraction it requests, or the planned parts."""
+    if plan.kv_mode == "utilization" and plan.gpu_memory_utilization is not None:
+        return math.ceil(plan.settings.hardware.memory_bytes * plan.gpu_memory_utilization)
+    return sum(v for k, v in plan.components.items() if k not in NOT_VLLM_ALLOCATED)
+
+
+def check_host_memory(plan: Plan, host: HostMemory, force: bool, console: Console) -> None:
+    """On unified memory (GB10, CPU) vLLM's free memory is MemAvailable (DESIGN §3)."""
+    if not plan.settings.hardware.uma:
+        return
+    wanted = vllm_request_bytes(plan)
+    if host.available_bytes >= wanted:
+        return
+    problem = (
+        f"MemAvailable {host.available_bytes / GiB:.2f} GiB < {wanted / GiB:.2f} GiB "
+        f"that vLLM will request; {DROP_CACHES_HINT}"
+    )
+    if not force:
+        raise DoesNotFitError(problem)
+    console.say(f"warning: {problem}; starting anyway (SPARKSERVE_FORCE=on)")
+
+
+def check_gpu(plan: Plan, machine: Machine) -> None:
+    if plan.settings.device == "cuda" and machine.gpu_count == 0:
+        raise PreflightError(
+            "the plan runs on cuda but no GPU is visible (NVML found none): give the "
+            "container the GPU (--gpus all) or set SPARKSERVE_DEVICE=cpu"
+        )
+
+
+def run_checks(config: EntrypointConfig, plan: Plan, machine: Machine, console: Console) -> None:
+    """Everything but the model-dir check (done before planning) and the vLLM flag check."""
+    check_weights(config, plan)
+    check_fits(plan, config.force, console)
+    check_host_memory(plan, machine.host, config.force, console)
+    check_gpu(plan, machine)

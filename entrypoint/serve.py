@@ -1,0 +1,123 @@
+"""The two things `python -m entrypoint` does: `dry_run` and `serve`.
+
+Both detect the machine and build the plan; `serve` then runs pre-flight, opens
+the control endpoint and hands over to the Supervisor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from budget.plan import Plan
+from budget.render import render_table
+from entrypoint.config import EntrypointConfig
+from entrypoint.console import Console
+from entrypoint.control import ControlServer
+from entrypoint.errors import EXIT_DOES_NOT_FIT
+from entrypoint.hardware import Machine, detect, host_memory
+from entrypoint.logscan import LogWatcher
+from entrypoint.metrics import build_registry
+from entrypoint.nvml import load_nvml, read_gpus
+from entrypoint.planning import Launch, build_launch, make_plan, vllm_console_script
+from entrypoint.preflight import check_model_dir, fit_problem, run_checks
+from entrypoint.signals import SignalFlag, StopRequested
+from entrypoint.state import Lifecycle
+from entrypoint.supervisor import Context, Supervisor
+from entrypoint.vllm_flags import check_flags
+
+CONTROL_HOST = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    machine: Machine
+    plan: Plan
+    launch: Launch
+
+
+def prepare(config: EntrypointConfig, console: Console) -> Prepared:
+    """Machine → (model dir checked) → plan → command."""
+    machine = detect(read_gpus(load_nvml()))
+    console.say(f"machine: {machine.describe()}")
+    check_model_dir(config.model)
+    plan = make_plan(config, machine)
+    return Prepared(machine, plan, build_launch(config, plan, vllm_console_script()))
+
+
+def dry_run(config: EntrypointConfig, console: Console) -> int:
+    """Print the plan and the exact command; 1 when it does not fit (and not forced)."""
+    prepared = prepare(config, console)
+    console.raw(render_table(prepared.plan))
+    console.raw("")
+    console.raw("entrypoint command (SPARKSERVE_* settings applied):")
+    console.raw(prepared.launch.shown())
+    problem = fit_problem(prepared.plan)
+    if problem is None:
+        return 0
+    console.raw(f"\n{problem}")
+    return 0 if config.force else EXIT_DOES_NOT_FIT
+
+
+def _info(config: EntrypointConfig, prepared: Prepared, vllm_version: str) -> dict[str, str]:
+    settings = prepared.plan.settings
+    return {
+        "model": prepared.plan.model_name,
+        "hardware": settings.hardware.name,
+        "device": settings.device,
+        "served_model_name": config.served_model_name or "",
+        "vllm_version": vllm_version,
+    }
+
+
+def serve(config: EntrypointConfig, console: Console, environ: dict[str, str]) -> int:
+    """Pre-flight, then launch and supervise vLLM; the exit code."""
+    signals = SignalFlag()
+    signals.install()
+    try:
+        prepared = prepare(config, console)
+        console.say("plan:\n" + render_table(prepared.plan))
+        run_checks(config, prepared.plan, prepared.machine, console)
+        launch = prepared.launch
+        version = check_flags(launch.planned_args, launch.extra_args)
+        console.say(f"pre-flight ok: vLLM {version} knows every flag")
+        signals.check()
+    except StopRequested as stop:
+        return stop.exit_code
+    return _supervise(config, console, environ, signals, prepared, version)
+
+
+def _supervise(
+    config: EntrypointConfig,
+    console: Console,
+    environ: dict[str, str],
+    signals: SignalFlag,
+    prepared: Prepared,
+    version: str,
+) -> int:
+    lifecycle, watcher = Lifecycle(), LogWatcher()
+    nvml = load_nvml()
+    registry = build_registry(
+        prepared.plan,
+        watcher,
+        lifecycle,
+        _info(config, prepared, version),
+        read_gpus=lambda: read_gpus(nvml),
+        read_host=host_memory,
+    )
+    control = ControlServer(CONTROL_HOST, config.control_port, lifecycle, registry)
+    control.start()
+    console.say(f"control endpoint on :{control.port} (/ready, /metrics)")
+    try:
+        ctx = Context(
+            config=config,
+            plan=prepared.plan,
+            launch=prepared.launch,
+            console=console,
+            lifecycle=lifecycle,
+            watcher=watcher,
+            signals=signals,
+            environ=environ,
+        )
+        return Supervisor(ctx).run()
+    finally:
+        control.close()

@@ -1,0 +1,206 @@
+"""Supervise vLLM: health wait → calibration → warm-up → ready → watch; stop on signal.
+
+Child liveness is checked on every health retry and every watch tick: a dead
+vLLM ends the entrypoint at once (exit 3, with its code and last lines). A
+signal stops the whole vLLM process group: SIGTERM, grace period, SIGKILL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import NoReturn, TypeVar
+
+import httpx
+
+from budget.plan import Plan
+from entrypoint import calibration
+from entrypoint.child import VLLMChild, describe_returncode, reap_orphans
+from entrypoint.config import EntrypointConfig
+from entrypoint.console import Console
+from entrypoint.errors import VLLMFailedError
+from entrypoint.logscan import LogWatcher
+from entrypoint.planning import Launch
+from entrypoint.signals import SignalFlag, StopRequested
+from entrypoint.state import READY, STOPPING, WARMING_UP, Lifecycle
+from entrypoint.warmup import Shape, run_warmup
+
+T = TypeVar("T")
+TICK_SECONDS = 0.2
+HEALTH_RETRY_SECONDS = 1.0
+HEALTH_INTERVAL_SECONDS = 5.0
+HEALTH_TIMEOUT_SECONDS = 3.0
+REQUEST_TIMEOUT_SECONDS = 900.0
+LAST_LINES = 30
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+@dataclass(frozen=True)
+class Context:
+    config: EntrypointConfig
+    plan: Plan
+    launch: Launch
+    console: Console
+    lifecycle: Lifecycle
+    watcher: LogWatcher
+    signals: SignalFlag
+    environ: dict[str, str]
+
+
+def base_url(config: EntrypointConfig) -> str:
+    host = "127.0.0.1" if config.host in WILDCARD_HOSTS else config.host
+    return f"http://{host}:{config.port}"
+
+
+def make_client(config: EntrypointConfig) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    return httpx.Client(
+        base_url=base_url(config),
+        headers=headers,
+        timeout=httpx.Timeout(REQUEST_TIMEOUT_SECONDS, connect=5.0),
+    )
+
+
+def answers_health(client: httpx.Client) -> bool:
+    try:
+        return client.get("/health", timeout=HEALTH_TIMEOUT_SECONDS).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def shape_of(plan: Plan) -> Shape:
+    s = plan.settings
+    return Shape(
+        max_model_len=s.max_model_len,
+        max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        mtp=s.mtp,
+        capture_sizes=tuple(s.capture_sizes),
+    )
+
+
+class Supervisor:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.client = make_client(ctx.config)
+        self.started = time.monotonic()
+
+    def run(self) -> int:
+        """Launch vLLM and supervise it until a signal (0 / 128+N) or its end (raises)."""
+        ctx = self.ctx
+        ctx.signals.check()
+        ctx.console.say(f"launching vLLM: {ctx.launch.shown()}")
+        child = VLLMChild(ctx.launch, ctx.console, ctx.watcher, ctx.environ)
+        ctx.console.say(f"vLLM pid {child.pid} (own process group)")
+        try:
+            self._start(child)
+            self._watch(child)
+        except StopRequested as stop:
+            return self._stop(child, stop)
+        finally:
+            child.kill_group()
+            self.client.close()
+
+    def check(self, child: VLLMChild) -> None:
+        """Signals first (a stop wins), then vLLM's liveness."""
+        self.ctx.signals.check()
+        code = child.poll()
+        reap_orphans(child.pid)
+        if code is not None:
+            self._report_exit(child, code)
+
+    def _report_exit(self, child: VLLMChild, code: int) -> None:
+        console = self.ctx.console
+        console.say(f"vLLM exited ({describe_returncode(code)}); its last lines:")
+        for line in child.tail(LAST_LINES):
+            console.say("  | " + line)
+        raise VLLMFailedError(
+            f"vLLM exited ({describe_returncode(code)}) during {self.ctx.lifecycle.status.phase}"
+        )
+
+    def _start(self, child: VLLMChild) -> None:
+        self._wait_healthy(child)
+        ctx = self.ctx
+        ctx.console.say(calibration.render(ctx.plan, ctx.watcher.snapshot()))
+        if ctx.config.warmup:
+            ctx.lifecycle.update(phase=WARMING_UP)
+            seconds = self._watched(
+                child,
+                lambda: run_warmup(self.client, shape_of(ctx.plan), ctx.console, ctx.lifecycle),
+            )
+            ctx.lifecycle.update(warmup_seconds=seconds)
+            ctx.console.phase(f"warm-up done in {seconds:.2f} s")
+        else:
+            ctx.console.phase("warm-up off (SPARKSERVE_WARMUP=off)")
+        elapsed = time.monotonic() - self.started
+        ctx.lifecycle.update(phase=READY, startup_seconds=elapsed)
+        ctx.console.phase(
+            f"ready after {elapsed:.1f} s: {base_url(ctx.config)}/v1, "
+            f"/ready 200 on :{ctx.config.control_port}"
+        )
+
+    def _wait_healthy(self, child: VLLMChild) -> None:
+        timeout = self.ctx.config.startup_timeout
+        while True:
+            self.check(child)
+            if answers_health(self.client):
+                break
+            if time.monotonic() - self.started > timeout:
+                raise VLLMFailedError(
+                    f"vLLM did not answer /health within {timeout:g} s (SPARKSERVE_STARTUP_TIMEOUT)"
+                )
+            self.ctx.signals.wait(HEALTH_RETRY_SECONDS)
+        self.ctx.lifecycle.update(vllm_up=True)
+        self.ctx.console.phase(
+            f"server up: /health 200 after {time.monotonic() - self.started:.1f} s"
+        )
+
+    def _watched(self, child: VLLMChild, work: Callable[[], T]) -> T:
+        """Run `work` in a thread while checking signals and vLLM every tick."""
+        future: Future[T] = Future()
+
+        def target() -> None:
+            try:
+                future.set_result(work())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=target, name="warm-up", daemon=True).start()
+        while not future.done():
+            self.check(child)
+            self.ctx.signals.wait(TICK_SECONDS)
+        try:
+            return future.result()
+        except httpx.HTTPError as exc:
+            self.ctx.signals.wait(1.0)  # let a dying vLLM be seen as dead
+            self.check(child)
+            raise VLLMFailedError(f"vLLM stopped answering during warm-up: {exc}") from None
+
+    def _watch(self, child: VLLMChild) -> NoReturn:
+        last_health = time.monotonic()
+        while True:
+            self.ctx.signals.wait(TICK_SECONDS)
+            self.check(child)
+            if time.monotonic() - last_health >= HEALTH_INTERVAL_SECONDS:
+                last_health = time.monotonic()
+                self._record_health(answers_health(self.client))
+
+    def _record_health(self, answered: bool) -> None:
+        before = self.ctx.lifecycle.status.ready
+        after = self.ctx.lifecycle.health(answered).ready
+        if before and not after:
+            self.ctx.console.say("vLLM stopped answering /health: /ready is 503")
+        elif after and not before:
+            self.ctx.console.say("vLLM answers /health again: /ready is 200")
+
+    def _stop(self, child: VLLMChild, stop: StopRequested) -> int:
+        ctx = self.ctx
+        ctx.lifecycle.update(phase=STOPPING)
+        grace = ctx.config.stop_grace_seconds
+        ctx.console.say(f"received {stop}: stopping vLLM (SIGTERM, SIGKILL after {grace:g} s)")
+        code = child.stop(grace)
+        ctx.console.say(f"vLLM stopped ({describe_returncode(code)}); exiting {stop.exit_code}")
+        return stop.exit_code

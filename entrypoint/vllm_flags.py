@@ -1,0 +1,76 @@
+"""Check the generated argv against the installed vLLM's own parser (pre-flight).
+
+Importing vLLM takes ~10 s, so this runs once, before launch, never in --dry-run.
+The parser lives in `vllm.entrypoints.launchers.cli_args` (0.32) and was
+`vllm.entrypoints.openai.cli_args` before; both are tried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+from collections.abc import Sequence
+
+from entrypoint.errors import PreflightError
+
+PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
+
+
+def vllm_parser() -> tuple[argparse.ArgumentParser, str]:
+    """vLLM's serve parser and vLLM's version."""
+    try:
+        vllm = importlib.import_module("vllm")
+        argparse_utils = importlib.import_module("vllm.utils.argparse_utils")
+    except ImportError as exc:
+        raise PreflightError(f"vLLM is not importable here: {exc}") from None
+    for name in PARSER_MODULES:
+        with contextlib.suppress(ImportError):
+            module = importlib.import_module(name)
+            parser = module.make_arg_parser(argparse_utils.FlexibleArgumentParser())
+            return parser, str(vllm.__version__)
+    raise PreflightError(f"vLLM {vllm.__version__}: no serve parser in {', '.join(PARSER_MODULES)}")
+
+
+def known_flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def flag_name(word: str) -> str | None:
+    """`--max_model_len=4` → `--max-model-len` (vLLM accepts both spellings); None for values."""
+    if not word.startswith("-") or word == "-" or word.lstrip("-").replace(".", "").isdigit():
+        return None
+    name = word.split("=", 1)[0]
+    return name[:2] + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def unknown_flags(args: Sequence[str], known: set[str]) -> list[str]:
+    return [name for word in args if (name := flag_name(word)) and name not in known]
+
+
+def parse_error(parser: argparse.ArgumentParser, args: Sequence[str]) -> str | None:
+    """argparse's own complaint about `args` (bad value, missing value), or None."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            parser.parse_args(list(args))
+    except SystemExit:
+        lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
+        return lines[-1] if lines else "rejected by vLLM's parser"
+    return None
+
+
+def check_flags(planned: Sequence[str], extra: Sequence[str]) -> str:
+    """Raise PreflightError naming the first flag vLLM does not know; return vLLM's version."""
+    parser, version = vllm_parser()
+    known = known_flags(parser)
+    for args, source in (
+        (planned, "generated from the plan"),
+        (extra, "from SPARKSERVE_VLLM_EXTRA_ARGS"),
+    ):
+        if bad := unknown_flags(args, known):
+            raise PreflightError(f"vLLM {version} does not know {bad[0]} ({source})")
+    if error := parse_error(parser, [*planned, *extra]):
+        raise PreflightError(f"vLLM {version} rejects the arguments: {error}")
+    return version

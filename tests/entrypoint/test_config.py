@@ -1,0 +1,96 @@
+from dataclasses import fields
+
+import pytest
+
+from entrypoint import parsers
+from entrypoint.config import OPTIONS, EntrypointConfig, load_config
+from entrypoint.errors import EXIT_BAD_CONFIG, ConfigError
+
+
+def test_every_option_is_a_config_field_and_back():
+    assert [o.field for o in OPTIONS] == [f.name for f in fields(EntrypointConfig)]
+
+
+def test_every_option_has_help_and_a_sparkserve_name():
+    for option in OPTIONS:
+        assert option.env.startswith("SPARKSERVE_") and option.help.strip()
+
+
+def test_defaults_without_environment():
+    config = load_config({})
+    assert (config.port, config.control_port, config.warmup, config.force) == (
+        8000,
+        8001,
+        True,
+        False,
+    )
+    assert config.vllm_extra_args == ()
+
+
+def test_values_are_parsed_from_the_environment():
+    config = load_config(
+        {
+            "SPARKSERVE_KV_CACHE_MEMORY_BYTES": "40G",
+            "SPARKSERVE_MAX_MODEL_LEN": "32K",
+            "SPARKSERVE_WARMUP": "off",
+            "SPARKSERVE_VLLM_EXTRA_ARGS": "--enforce-eager --seed '1'",
+            "SPARKSERVE_CUDAGRAPH_MODE": "full_decode_only",
+            "SPARKSERVE_CUDAGRAPH_CAPTURE_SIZES": "4,8",
+        }
+    )
+    assert config.kv_cache_memory_bytes == 40 * 1024**3
+    assert config.max_model_len == 32 * 1024
+    assert config.warmup is False
+    assert config.vllm_extra_args == ("--enforce-eager", "--seed", "1")
+    assert config.cudagraph_mode == "FULL_DECODE_ONLY"
+    assert config.cudagraph_capture_sizes == (4, 8)
+
+
+def test_a_flag_wins_over_its_variable():
+    assert load_config({"SPARKSERVE_PORT": "9000"}, {"port": "9100"}).port == 9100
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "message"),
+    [
+        ("SPARKSERVE_PORT", "abc", "SPARKSERVE_PORT='abc': must be an integer 1-65535"),
+        ("SPARKSERVE_WARMUP", "maybe", "SPARKSERVE_WARMUP='maybe': must be on or off"),
+        ("SPARKSERVE_DEVICE", "tpu", "SPARKSERVE_DEVICE='tpu': must be one of cuda|cpu"),
+        ("SPARKSERVE_MAX_NUM_SEQS", "0", "SPARKSERVE_MAX_NUM_SEQS='0': must be ≥ 1"),
+        ("SPARKSERVE_KV_CACHE_MEMORY_BYTES", "1.5G", "decimals are not allowed with G"),
+        ("SPARKSERVE_VLLM_EXTRA_ARGS", "--x 'unclosed", "must be shell words"),
+    ],
+)
+def test_a_bad_value_names_the_variable_and_what_is_allowed(env, value, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+        load_config({env: value})
+    assert err.value.exit_code == EXIT_BAD_CONFIG
+
+
+def test_a_bad_flag_value_names_the_flag():
+    with pytest.raises(ConfigError, match="^--port='x'"):
+        load_config({}, {"port": "x"})
+
+
+def test_a_secret_is_never_echoed():
+    option = next(o for o in OPTIONS if o.field == "api_key")
+    assert option.secret
+
+
+def test_ports_must_differ():
+    with pytest.raises(ConfigError, match="must differ"):
+        load_config({"SPARKSERVE_PORT": "8001"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [
+        ("4096", 4096),
+        ("2k", 2000),
+        ("2K", 2048),
+        ("40G", 40 * 2**30),
+        ("1.5g", 1_500_000_000),
+    ],
+)
+def test_human_int_mirrors_vllm(raw, value):
+    assert parsers.human_int(raw) == value

@@ -1,0 +1,58 @@
+from entrypoint.logscan import LogWatcher
+
+ONE_LINE = (
+    "(EngineCore pid=1) INFO 11-29 [kv_cache_utils.py:1] CPU KV cache size: 524,288 "
+    "tokens, Maximum concurrency for 4,096 tokens per request: 128.00x"
+)
+
+
+def test_one_line_capacity():
+    watcher = LogWatcher()
+    phases = watcher.feed(ONE_LINE)
+    seen = watcher.snapshot()
+    assert (seen.kv_cache_tokens, seen.max_concurrency, seen.concurrency_model_len) == (
+        524288,
+        128.0,
+        4096,
+    )
+    assert phases == ["KV cache sized: 524,288 tokens"]
+
+
+def test_two_line_capacity_of_vllm_0_24():
+    watcher = LogWatcher()
+    watcher.feed("INFO [kv_cache_utils.py:1] GPU KV cache size: 1,282,724 tokens")
+    watcher.feed(
+        "INFO [kv_cache_utils.py:2] Maximum concurrency for 262,144 tokens per request: 4.89x"
+    )
+    seen = watcher.snapshot()
+    assert (seen.kv_cache_tokens, seen.max_concurrency) == (1282724, 4.89)
+
+
+def test_memory_lines():
+    watcher = LogWatcher()
+    assert watcher.feed("Model loading took 62.5 GiB memory and 30.1 seconds") == [
+        "weights loaded (62.50 GiB)"
+    ]
+    watcher.feed("Available KV cache memory: 34.19 GiB")
+    phases = watcher.feed("Graph capturing finished in 12 secs, took 0.45 GiB")
+    seen = watcher.snapshot()
+    assert seen.weights_bytes == round(62.5 * 2**30)
+    assert seen.kv_cache_bytes == round(34.19 * 2**30)
+    assert (seen.graph_capture_seconds, seen.cudagraph_bytes) == (12.0, round(0.45 * 2**30))
+    assert phases == ["CUDA graphs captured in 12 s (0.45 GiB)"]
+
+
+def test_server_and_engine_phases():
+    watcher = LogWatcher()
+    assert watcher.feed("init engine (profile, create kv cache, warmup model) took 3.21 s") == [
+        "engine initialised in 3.21 s"
+    ]
+    assert watcher.feed("INFO Starting vLLM server on http://0.0.0.0:8000") == [
+        "server starting on http://0.0.0.0:8000"
+    ]
+
+
+def test_unrelated_lines_change_nothing():
+    watcher = LogWatcher()
+    assert watcher.feed("INFO Loading safetensors checkpoint shards: 50% Completed") == []
+    assert watcher.snapshot().kv_cache_tokens is None

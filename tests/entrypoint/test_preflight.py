@@ -1,0 +1,88 @@
+from dataclasses import replace
+
+import pytest
+
+from budget.options import PlanOptions
+from budget.plan import build_plan
+from entrypoint.config import load_config
+from entrypoint.errors import EXIT_BAD_CONFIG, EXIT_DOES_NOT_FIT, DoesNotFitError, PreflightError
+from entrypoint.hardware import HostMemory, Machine
+from entrypoint.preflight import (
+    check_fits,
+    check_gpu,
+    check_host_memory,
+    check_model_dir,
+    check_weights,
+    vllm_request_bytes,
+)
+from entrypoint.vllm_flags import flag_name, unknown_flags
+
+GiB = 1024**3
+PLENTY = HostMemory(total_bytes=24 * GiB, available_bytes=20 * GiB)
+
+
+def test_missing_model_dir(tmp_path):
+    with pytest.raises(PreflightError, match="no such directory") as err:
+        check_model_dir(str(tmp_path / "nope"))
+    assert err.value.exit_code == EXIT_BAD_CONFIG
+
+
+def test_unreadable_or_broken_config(tmp_path):
+    with pytest.raises(PreflightError, match="cannot read .*config.json"):
+        check_model_dir(str(tmp_path))
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(PreflightError, match="is not JSON"):
+        check_model_dir(str(tmp_path))
+
+
+def test_a_profile_name_is_not_a_path():
+    check_model_dir("qwen3.8-flash-next")
+
+
+def test_profile_without_weights_is_refused():
+    plan = build_plan(PlanOptions())
+    with pytest.raises(PreflightError, match="SPARKSERVE_WEIGHTS"):
+        check_weights(load_config({}), plan)
+
+
+def test_does_not_fit_is_exit_1_unless_forced(tiny_model_dir, console):
+    plan = build_plan(PlanOptions(model=str(tiny_model_dir), device="cpu", memory_gib=0.0001))
+    assert not plan.fits
+    with pytest.raises(DoesNotFitError, match="the plan does not fit") as err:
+        check_fits(plan, force=False, console=console)
+    assert err.value.exit_code == EXIT_DOES_NOT_FIT
+    check_fits(plan, force=True, console=console)
+    assert "starting anyway" in console.out.getvalue()
+
+
+def test_short_memavailable_on_uma_names_the_page_cache(tiny_plan, console):
+    short = HostMemory(total_bytes=GiB, available_bytes=vllm_request_bytes(tiny_plan) - 1)
+    with pytest.raises(DoesNotFitError, match="drop_caches"):
+        check_host_memory(tiny_plan, short, force=False, console=console)
+    check_host_memory(tiny_plan, PLENTY, force=False, console=console)
+
+
+def test_cuda_without_a_gpu(tiny_plan):
+    cuda_plan = replace(tiny_plan, settings=replace(tiny_plan.settings, device="cuda"))
+    with pytest.raises(PreflightError, match="no GPU is visible"):
+        check_gpu(cuda_plan, Machine("cpu", None, 0, None, 24.0, True, PLENTY))
+
+
+@pytest.mark.parametrize(
+    ("word", "name"),
+    [
+        ("--max_model_len=4", "--max-model-len"),
+        ("4096", None),
+        ("-1", None),
+        ("-O3", "-O3"),
+        ('{"a":1}', None),
+    ],
+)
+def test_flag_names(word, name):
+    assert flag_name(word) == name
+
+
+def test_unknown_flags_are_listed():
+    assert unknown_flags(["--model", "x", "--bogus=1", "--port", "8"], {"--model", "--port"}) == [
+        "--bogus"
+    ]
