@@ -1,0 +1,106 @@
+"""Admission control: global and per-key concurrency limits with a bounded queue.
+
+A request takes a slot at once when both its key and the gateway are under
+their limits; otherwise it waits in a FIFO queue (a waiter blocked only by its
+own key's limit does not hold up others).  Past `queue_size` waiters, or after
+`queue_timeout_seconds`, it is refused with `Overloaded` (429 + Retry-After).
+The global limit can be lowered at run time (thermal guard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from gateway.errors import Overloaded
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    max_concurrency: int
+    max_concurrency_per_key: int
+    queue_size: int
+    queue_timeout_seconds: float
+    retry_after_seconds: int
+
+
+class Admission:
+    """Counts slots in use; `acquire` returns the seconds spent waiting."""
+
+    def __init__(self, limits: AdmissionLimits) -> None:
+        self._limits = limits
+        self.limit = limits.max_concurrency
+        self.active = 0
+        self._per_key: dict[str, int] = {}
+        self._waiters: deque[tuple[str, asyncio.Future[None]]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def _can_run(self, key: str) -> bool:
+        per_key = self._per_key.get(key, 0)
+        return self.active < self.limit and per_key < self._limits.max_concurrency_per_key
+
+    def _take(self, key: str) -> None:
+        self.active += 1
+        self._per_key[key] = self._per_key.get(key, 0) + 1
+
+    async def acquire(self, key: str) -> float:
+        if self._can_run(key):
+            self._take(key)
+            return 0.0
+        if len(self._waiters) >= self._limits.queue_size:
+            raise self._refuse("queue_full", "Too many requests are waiting; retry later.")
+        started = time.monotonic()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = (key, future)
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(self._limits.queue_timeout_seconds):
+                await future
+        except BaseException as exc:
+            self._abandon(waiter)
+            if isinstance(exc, TimeoutError):
+                raise self._refuse("queue_timeout", "No capacity in time; retry later.") from None
+            raise
+        return time.monotonic() - started
+
+    def _abandon(self, waiter: tuple[str, asyncio.Future[None]]) -> None:
+        key, future = waiter
+        if future.done() and not future.cancelled():
+            self.release(key)  # granted just as the wait ended: give it back
+        else:
+            future.cancel()
+            self._waiters.remove(waiter)
+
+    def release(self, key: str) -> None:
+        self.active -= 1
+        remaining = self._per_key[key] - 1
+        if remaining:
+            self._per_key[key] = remaining
+        else:
+            del self._per_key[key]
+        self._wake()
+
+    def set_limit(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Grant slots to the oldest waiters that can run, keeping the queue order."""
+        for waiter in list(self._waiters):
+            if self.active >= self.limit:
+                return
+            key, future = waiter
+            if self._can_run(key):
+                self._waiters.remove(waiter)
+                self._take(key)
+                future.set_result(None)
+
+    def _refuse(self, reason: str, message: str) -> Overloaded:
+        return Overloaded(
+            message, reason=reason, retry_after_seconds=self._limits.retry_after_seconds
+        )

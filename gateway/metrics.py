@@ -1,0 +1,110 @@
+"""The gateway's Prometheus metrics, built on an injected `CollectorRegistry`.
+
+Labels are bounded: `route` is a route template, `status_class` is `2xx`…`5xx`,
+`tenant` a configured tenant name (never a key), `kind`/`reason`/`segment` come
+from fixed sets in the code or the configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+TTFT_BUCKETS_SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
+ITL_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5)
+E2E_BUCKETS_SECONDS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+QUEUE_BUCKETS_SECONDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@dataclass(frozen=True)
+class GatewayMetrics:
+    requests: Counter
+    in_flight: Gauge
+    concurrency_limit: Gauge
+    queue_wait: Histogram
+    ttft: Histogram
+    inter_token_latency: Histogram
+    e2e_latency: Histogram
+    prompt_tokens: Counter
+    completion_tokens: Counter
+    cached_prompt_tokens: Counter
+    upstream_errors: Counter
+    rejected: Counter
+    layout_rewrites: Counter
+    prefix_divergence: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> GatewayMetrics:
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, labels, registry=registry)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, buckets=buckets, registry=registry)
+
+        return cls(
+            requests=counter(
+                "gateway_requests_total",
+                "Responses by route and status class.",
+                "route",
+                "status_class",
+            ),
+            in_flight=Gauge(
+                "gateway_in_flight", "Requests holding an admission slot.", registry=registry
+            ),
+            concurrency_limit=Gauge(
+                "gateway_concurrency_limit",
+                "Current global concurrency limit (lowered by the thermal guard).",
+                registry=registry,
+            ),
+            queue_wait=histogram(
+                "gateway_queue_wait_seconds", "Wait for an admission slot.", QUEUE_BUCKETS_SECONDS
+            ),
+            ttft=histogram(
+                "gateway_ttft_seconds",
+                "Request start to first streamed event.",
+                TTFT_BUCKETS_SECONDS,
+            ),
+            inter_token_latency=histogram(
+                "gateway_inter_token_latency_seconds",
+                "Gap between streamed events.",
+                ITL_BUCKETS_SECONDS,
+            ),
+            e2e_latency=histogram(
+                "gateway_e2e_latency_seconds",
+                "Request start to last byte of a generation.",
+                E2E_BUCKETS_SECONDS,
+            ),
+            prompt_tokens=counter(
+                "gateway_prompt_tokens_total", "Prompt tokens (vLLM usage).", "tenant"
+            ),
+            completion_tokens=counter(
+                "gateway_completion_tokens_total", "Completion tokens (vLLM usage).", "tenant"
+            ),
+            cached_prompt_tokens=counter(
+                "gateway_cached_prompt_tokens_total",
+                "Prompt tokens served from vLLM's prefix cache "
+                "(usage.prompt_tokens_details.cached_tokens).",
+                "tenant",
+            ),
+            upstream_errors=counter(
+                "gateway_upstream_errors_total", "Failures talking to vLLM.", "kind"
+            ),
+            rejected=counter(
+                "gateway_rejected_total", "Requests refused by the gateway itself.", "reason"
+            ),
+            layout_rewrites=counter(
+                "gateway_layout_rewrites_total",
+                "Prefix-stable layout changes (values moved per kind, tool rewrites).",
+                "kind",
+            ),
+            prefix_divergence=counter(
+                "gateway_prefix_divergence_total",
+                "Consecutive requests of a session whose prefix broke, by first segment.",
+                "segment",
+            ),
+        )
+
+
+def status_class(status_code: int) -> str:
+    return f"{status_code // 100}xx"

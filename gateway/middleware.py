@@ -1,0 +1,50 @@
+"""Pure-ASGI request accounting (never wraps or buffers the response body)."""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import BadRequest, BodyTooLarge, GatewayError, Unauthorized
+from gateway.metrics import GatewayMetrics, status_class
+
+# Status recorded when the client left before any response started.
+CLIENT_CLOSED_STATUS = 499
+_REASONS: tuple[tuple[type[GatewayError], str], ...] = (
+    (Unauthorized, "unauthorized"),
+    (BodyTooLarge, "body_too_large"),
+    (BadRequest, "bad_request"),
+)
+
+
+def rejection_reason(error: GatewayError) -> str | None:
+    """The `gateway_rejected_total` reason for an error the gateway raised itself."""
+    for kind, reason in _REASONS:
+        if isinstance(error, kind):
+            return reason
+    return None
+
+
+class RequestMetrics:
+    """Counts every HTTP response by route template and status class."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = CLIENT_CLOSED_STATUS
+
+        async def note_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, note_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "other")
+            self.metrics.requests.labels(route, status_class(status)).inc()

@@ -1,0 +1,202 @@
+"""Forwarding one request to vLLM: admission, the upstream call, the relay.
+
+`ProxyResponse` is the ASGI response a route returns.  When the server runs
+it, it waits for an admission slot, sends the request upstream, then passes
+status and headers through and relays the body: SSE event by event as soon as
+each is complete (never the whole stream), anything else as one body.  A
+client disconnect cancels the work and closes the upstream response, so vLLM
+aborts the request and frees its KV blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.admission import Admission
+from gateway.errors import GatewayError, Overloaded, UpstreamError
+from gateway.metrics import GatewayMetrics
+from gateway.sse import EventSplitter, StreamObserver
+from gateway.tenancy import Principal
+from gateway.upstream import Upstream, response_headers, translate
+
+
+@dataclass(frozen=True)
+class ProxyDeps:
+    """What every forwarded request shares (built once by `create_app`)."""
+
+    upstream: Upstream
+    admission: Admission
+    metrics: GatewayMetrics
+    retry_after_seconds: int
+
+
+@dataclass
+class Forward:
+    """One request to send to vLLM, as prepared by the route."""
+
+    method: str
+    path: str
+    principal: Principal
+    headers: list[tuple[str, str]]
+    body: bytes | None = None
+    stream: bool = False
+    drop_usage: bool = False
+    generation: bool = False
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+
+async def send_error(send: Send, error: GatewayError) -> None:
+    headers = [(b"content-type", b"application/json")]
+    headers += [(k.encode(), v.encode()) for k, v in error.headers().items()]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": error.body()})
+
+
+def sse_error_event(error: GatewayError) -> bytes:
+    return b"data: " + error.body() + b"\n\n"
+
+
+class ProxyResponse(Response):
+    """An ASGI response that performs the upstream exchange when it is sent."""
+
+    def __init__(self, deps: ProxyDeps, forward: Forward) -> None:
+        self.deps = deps
+        self.forward = forward
+        self.status_code = 200
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+            try:
+                await self._admit_and_serve(send)
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _admit_and_serve(self, send: Send) -> None:
+        deps, key = self.deps, self.forward.principal.key_id
+        try:
+            waited = await deps.admission.acquire(key)
+        except Overloaded as exc:
+            deps.metrics.rejected.labels(exc.reason).inc()
+            await send_error(send, exc)
+            return
+        deps.metrics.queue_wait.observe(waited)
+        deps.metrics.in_flight.inc()
+        try:
+            await self._exchange(send)
+        finally:
+            deps.metrics.in_flight.dec()
+            deps.admission.release(key)
+
+    async def _exchange(self, send: Send) -> None:
+        fwd, upstream = self.forward, self.deps.upstream
+        request = upstream.client.build_request(
+            fwd.method,
+            upstream.url(fwd.path),
+            content=fwd.body,
+            headers=[*fwd.headers, *upstream.headers.items()],
+        )
+        try:
+            response = await upstream.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            await self._fail(send, translate(exc, self.deps.retry_after_seconds))
+            return
+        try:
+            if fwd.stream and _is_event_stream(response):
+                await self._relay_events(response, send)
+            else:
+                await self._relay_body(response, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
+    async def _fail(self, send: Send, error: UpstreamError) -> None:
+        self.deps.metrics.upstream_errors.labels(error.kind).inc()
+        await send_error(send, error)
+
+    def _start(self, response: httpx.Response) -> dict[str, Any]:
+        headers = response_headers(response.headers.raw)
+        headers += [(k.encode(), v.encode()) for k, v in self.forward.extra_headers.items()]
+        return {"type": "http.response.start", "status": response.status_code, "headers": headers}
+
+    async def _relay_body(self, response: httpx.Response, send: Send) -> None:
+        try:
+            body = b"".join([chunk async for chunk in response.aiter_raw()])
+        except httpx.HTTPError as exc:
+            await self._fail(send, translate(exc, self.deps.retry_after_seconds))
+            return
+        start = self._start(response)
+        start["headers"].append((b"content-length", str(len(body)).encode()))
+        if self.forward.generation:
+            self._finish(_usage_of(response, body))
+        await send(start)
+        await send({"type": "http.response.body", "body": body})
+
+    async def _relay_events(self, response: httpx.Response, send: Send) -> None:
+        metrics = self.deps.metrics
+        observer = StreamObserver(self.forward.drop_usage, metrics.inter_token_latency.observe)
+        splitter = EventSplitter()
+        await send(self._start(response))
+        try:
+            async for chunk in response.aiter_raw():
+                out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            tail = splitter.rest()
+        except httpx.HTTPError as exc:
+            error = translate(exc, self.deps.retry_after_seconds)
+            metrics.upstream_errors.labels(error.kind).inc()
+            tail = splitter.rest() + sse_error_event(error)
+        if observer.first_event_at is not None:
+            metrics.ttft.observe(observer.first_event_at - self.forward.started)
+        self._finish(observer.usage)
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    def _finish(self, usage: dict[str, Any] | None) -> None:
+        metrics, tenant = self.deps.metrics, self.forward.principal.tenant
+        metrics.e2e_latency.observe(time.monotonic() - self.forward.started)
+        if usage is None:
+            return
+        # Chat/completions name them prompt/completion; the Responses API input/output.
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+        metrics.prompt_tokens.labels(tenant).inc(_count(prompt))
+        metrics.completion_tokens.labels(tenant).inc(_count(completion))
+        details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
+        if isinstance(details, dict):
+            metrics.cached_prompt_tokens.labels(tenant).inc(_count(details.get("cached_tokens")))
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    return str(response.headers.get("content-type", "")).startswith("text/event-stream")
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def _usage_of(response: httpx.Response, body: bytes) -> dict[str, Any] | None:
+    if response.status_code != 200 or b'"usage"' not in body:
+        return None
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    return usage if isinstance(usage, dict) else None

@@ -1,0 +1,98 @@
+"""Server-sent events: split a byte stream into complete events, observe them.
+
+`EventSplitter.feed` takes network chunks and returns the events completed so
+far (an event may span chunks; one chunk may hold several events).
+`StreamObserver` notes the timing of each event and the usage chunk, and says
+whether an event is the usage chunk the gateway itself asked for (dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
+_DONE = b"data: [DONE]"
+
+
+class EventSplitter:
+    """Buffers only an incomplete trailing event, never a whole stream."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        data = self._pending + chunk if self._pending else chunk
+        separators = _SEPARATORS if b"\r" in data else _SEPARATORS[:1]
+        events = []
+        start = 0
+        while True:
+            end = _next_boundary(data, start, separators)
+            if end < 0:
+                break
+            events.append(data[start:end])
+            start = end
+        self._pending = data[start:]
+        return events
+
+    def rest(self) -> bytes:
+        """Whatever arrived after the last complete event (forwarded as is at the end)."""
+        pending, self._pending = self._pending, b""
+        return pending
+
+
+def _next_boundary(data: bytes, start: int, separators: tuple[bytes, ...]) -> int:
+    """The index just past the first event separator at or after `start`, or -1."""
+    best = -1
+    for separator in separators:
+        found = data.find(separator, start)
+        if found >= 0 and (best < 0 or found + len(separator) < best):
+            best = found + len(separator)
+    return best
+
+
+def _payload(event: bytes) -> Any:
+    """The JSON of a single-line `data:` event, or None."""
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                return json.loads(line[5:])
+            except ValueError:
+                return None
+    return None
+
+
+@dataclass
+class StreamObserver:
+    """Timing and usage seen on a stream; `drop_usage` drops the injected usage chunk."""
+
+    drop_usage: bool
+    on_gap: Callable[[float], None]
+    first_event_at: float | None = None
+    last_event_at: float | None = None
+    usage: dict[str, Any] | None = None
+
+    def observe(self, event: bytes) -> bool:
+        """Record `event`; return True when it must be forwarded to the client."""
+        if not event.startswith(b"data:") or event.startswith(_DONE):
+            return True
+        if b'"usage"' in event and self._note_usage(event):
+            return not self.drop_usage
+        now = time.monotonic()
+        if self.first_event_at is None:
+            self.first_event_at = now
+        elif self.last_event_at is not None:
+            self.on_gap(now - self.last_event_at)
+        self.last_event_at = now
+        return True
+
+    def _note_usage(self, event: bytes) -> bool:
+        """Keep the latest usage; True when this is the final usage-only chunk."""
+        payload = _payload(event)
+        if not isinstance(payload, dict) or not isinstance(payload.get("usage"), dict):
+            return False
+        self.usage = payload["usage"]
+        return payload.get("choices") == []

@@ -1,0 +1,179 @@
+"""API keys, tenants and per-tenant prefix-cache salts.
+
+A key entry is `key` or `tenant:key`; a bare key is its own tenant, named by a
+short hash of the key (never the key).  Keys are compared in constant time.
+Each tenant (or each shared cache group) gets `cache_salt = HMAC(secret, name)`,
+so one tenant cannot probe another's cached prompts by timing; a client's own
+`cache_salt` is folded into its tenant's, never replacing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.errors import BadRequest, ConfigError, Unauthorized
+from gateway.settings import GatewaySettings
+
+ANONYMOUS = "anonymous"
+SECRET_FILE = "salt_secret"
+SECRET_BYTES = 32
+# vllm/entrypoints/generate/base/protocol.py: validate_cache_salt
+MAX_CACHE_SALT_CHARS = 128
+_TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who sent a request: the tenant (a metric label) and a key id (admission)."""
+
+    tenant: str
+    key_id: str
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode()).digest()
+
+
+def _tenant_of_bare_key(key: str) -> str:
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def parse_key_entry(entry: str) -> tuple[str, str]:
+    """`key` or `tenant:key` → (tenant, key); the error never shows the key."""
+    tenant, sep, key = entry.strip().partition(":")
+    if not sep:
+        key, tenant = tenant, _tenant_of_bare_key(tenant)
+    if not key:
+        raise ConfigError(f"API key entry for tenant {tenant!r} has an empty key")
+    if not _TENANT_NAME.match(tenant):
+        raise ConfigError(f"tenant name {tenant!r} must match {_TENANT_NAME.pattern}")
+    return tenant, key
+
+
+class KeyTable:
+    """Maps API keys to principals; lookups compare every key in constant time."""
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self._keys: list[tuple[bytes, Principal]] = []
+        for entry in entries:
+            tenant, key = parse_key_entry(entry)
+            digest = _digest(key)
+            self._keys.append((digest, Principal(tenant, digest.hex()[:12])))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def lookup(self, key: str) -> Principal | None:
+        given = _digest(key)
+        found: Principal | None = None
+        for digest, principal in self._keys:
+            if hmac.compare_digest(given, digest) and found is None:
+                found = principal
+        return found
+
+
+def read_key_entries(settings: GatewaySettings) -> list[str]:
+    entries = [e for e in settings.api_keys.get_secret_value().split(",") if e.strip()]
+    if settings.api_keys_file is not None:
+        try:
+            text = settings.api_keys_file.read_text()
+        except OSError as exc:
+            raise ConfigError(f"GATEWAY_API_KEYS_FILE: cannot read ({exc.strerror})") from None
+        lines = (line.strip() for line in text.splitlines())
+        entries += [line for line in lines if line and not line.startswith("#")]
+    return entries
+
+
+class Authenticator:
+    """Resolves the `Authorization: Bearer …` header to a `Principal`."""
+
+    def __init__(self, keys: KeyTable, *, required: bool) -> None:
+        self._keys = keys
+        self._required = required
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        if not self._required:
+            return Principal(ANONYMOUS, ANONYMOUS)
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
+        principal = self._keys.lookup(token.strip())
+        if principal is None:
+            raise Unauthorized("Invalid API key.")
+        return principal
+
+
+def parse_cache_groups(spec: str) -> dict[str, str]:
+    """`group=t1+t2,group2=t3` → {tenant: group}; a tenant is in one group at most."""
+    groups: dict[str, str] = {}
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        name, sep, members = item.partition("=")
+        if not sep or not name.strip() or not members.strip():
+            raise ConfigError(f"GATEWAY_CACHE_GROUPS: {item!r} is not `group=tenant+tenant`")
+        for tenant in (m.strip() for m in members.split("+") if m.strip()):
+            if tenant in groups:
+                raise ConfigError(f"GATEWAY_CACHE_GROUPS: tenant {tenant!r} is in two groups")
+            groups[tenant] = name.strip()
+    return groups
+
+
+class SaltMaker:
+    """Derives the `cache_salt` vLLM sees from the tenant and the client's salt."""
+
+    def __init__(self, secret: bytes, groups: Mapping[str, str]) -> None:
+        self._secret = secret
+        self._groups = dict(groups)
+
+    def _hmac(self, message: str) -> str:
+        return hmac.new(self._secret, message.encode(), hashlib.sha256).hexdigest()
+
+    def salt_for(self, tenant: str, client_salt: object = None) -> str:
+        scope = "group:" + self._groups[tenant] if tenant in self._groups else "tenant:" + tenant
+        if client_salt is None:
+            return self._hmac(scope)[:MAX_CACHE_SALT_CHARS]
+        if not isinstance(client_salt, str) or not client_salt:
+            raise BadRequest("Parameter 'cache_salt' must be a non-empty string if provided.")
+        return self._hmac(scope + "\0client:" + client_salt)[:MAX_CACHE_SALT_CHARS]
+
+
+def load_secret(settings: GatewaySettings) -> bytes:
+    """The salt secret: from settings, else from (or newly into) the state dir."""
+    if settings.salt_secret is not None:
+        return settings.salt_secret.get_secret_value().encode()
+    path = settings.state_dir / SECRET_FILE
+    try:
+        return _read_or_create(path)
+    except OSError as exc:
+        raise ConfigError(
+            f"GATEWAY_STATE_DIR={str(settings.state_dir)!r}: cannot keep the salt secret "
+            f"({exc.strerror}); set GATEWAY_SALT_SECRET or a writable GATEWAY_STATE_DIR"
+        ) from None
+
+
+def _read_or_create(path: Path) -> bytes:
+    """Create the secret atomically (write a temp file, then link it into place)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_hex(SECRET_BYTES).encode())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    secret = path.read_bytes().strip()
+    if not secret:
+        raise ConfigError(f"salt secret file {str(path)!r} is empty")
+    return secret

@@ -1,0 +1,85 @@
+"""Thermal guard: lower the concurrency limit while the GPU runs hot (seed 002).
+
+Polls the entrypoint's control `/metrics` (host telemetry) for the gauge
+`sparkserve_gpu_temperature_celsius`; above the threshold the global limit
+becomes `max_concurrency × fraction`, at or below it the full limit returns.
+An unreachable control endpoint leaves the limit as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.admission import Admission
+from gateway.metrics import GatewayMetrics
+
+TEMPERATURE_METRIC = "sparkserve_gpu_temperature_celsius"
+log = logging.getLogger("gateway.thermal")
+
+
+def hottest_gpu_celsius(metrics_text: str) -> float | None:
+    """The highest `sparkserve_gpu_temperature_celsius` sample, or None when absent."""
+    readings = [
+        sample.value
+        for family in text_string_to_metric_families(metrics_text)
+        if family.name == TEMPERATURE_METRIC
+        for sample in family.samples
+        if sample.name == TEMPERATURE_METRIC and not math.isnan(sample.value)
+    ]
+    return max(readings) if readings else None
+
+
+def throttled_limit(max_concurrency: int, fraction: float) -> int:
+    return max(1, math.floor(max_concurrency * fraction))
+
+
+class ThermalGuard:
+    """Applies the limit that the latest temperature reading calls for."""
+
+    def __init__(
+        self,
+        admission: Admission,
+        metrics: GatewayMetrics,
+        *,
+        max_concurrency: int,
+        threshold_celsius: float,
+        fraction: float,
+    ) -> None:
+        self._admission = admission
+        self._metrics = metrics
+        self._full = max_concurrency
+        self._hot = throttled_limit(max_concurrency, fraction)
+        self._threshold = threshold_celsius
+        self.hot = False
+
+    def apply(self, celsius: float | None) -> None:
+        if celsius is None:
+            return
+        hot = celsius > self._threshold
+        if hot != self.hot:
+            log.warning(
+                "GPU at %.1f °C: concurrency limit %d", celsius, self._hot if hot else self._full
+            )
+        self.hot = hot
+        limit = self._hot if hot else self._full
+        self._admission.set_limit(limit)
+        self._metrics.concurrency_limit.set(limit)
+
+    async def poll_forever(self, client: httpx.AsyncClient, url: str, period_s: float) -> None:
+        while True:
+            self.apply(await self._read(client, url))
+            await asyncio.sleep(period_s)
+
+    async def _read(self, client: httpx.AsyncClient, url: str) -> float | None:
+        try:
+            response = await client.get(url)
+            response.raise_for_status()
+            return hottest_gpu_celsius(response.text)
+        except (httpx.HTTPError, ValueError) as exc:
+            log.debug("thermal poll of %s failed: %s", url, exc)
+            return None

@@ -1,0 +1,114 @@
+"""429 over real sockets, and the thermal guard reading the entrypoint's control /metrics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import httpx
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from gateway.app import create_app
+from gateway.thermal import hottest_gpu_celsius, throttled_limit
+from tests.gateway.conftest import BOB_KEY, MakeSettings, auth
+from tests.gateway.fake_vllm import FakeVLLM
+from tests.gateway.server import serve
+
+STREAM = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+def test_over_capacity_is_429_with_retry_after(
+    fake_vllm: tuple[FakeVLLM, str], make_settings: MakeSettings, registry: CollectorRegistry
+) -> None:
+    fake, upstream = fake_vllm
+    fake.hold = True
+    settings = make_settings(upstream, max_concurrency=1, queue_size=0, retry_after_seconds=2)
+    with serve(create_app(settings, registry=registry)) as url:
+        with httpx.stream(
+            "POST", f"{url}/v1/chat/completions", json=STREAM, headers=auth()
+        ) as held:
+            lines = held.iter_lines()  # keep it: a dropped iterator closes the connection
+            next(lines)
+            refused = httpx.post(f"{url}/v1/chat/completions", json=STREAM, headers=auth(BOB_KEY))
+            fake.release.set()
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "2"
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    assert registry.get_sample_value("gateway_rejected_total", {"reason": "queue_full"}) == 1
+
+
+def test_per_key_limit_queues_then_serves(
+    fake_vllm: tuple[FakeVLLM, str], make_settings: MakeSettings, registry: CollectorRegistry
+) -> None:
+    settings = make_settings(fake_vllm[1], max_concurrency_per_key=1, queue_size=4)
+    with serve(create_app(settings, registry=registry)) as url:
+        with httpx.Client() as client:
+            replies = [
+                client.post(f"{url}/v1/completions", json={"prompt": "x"}, headers=auth())
+                for _ in range(3)
+            ]
+    assert [r.status_code for r in replies] == [200, 200, 200]
+    assert registry.get_sample_value("gateway_queue_wait_seconds_count") == 3
+
+
+GPU_METRICS = """# HELP sparkserve_gpu_temperature_celsius GPU temperature.
+# TYPE sparkserve_gpu_temperature_celsius gauge
+sparkserve_gpu_temperature_celsius{{gpu="0"}} {t0}
+sparkserve_gpu_temperature_celsius{{gpu="1"}} {t1}
+"""
+
+
+def test_hottest_gpu_and_throttled_limit() -> None:
+    assert hottest_gpu_celsius(GPU_METRICS.format(t0=60, t1=91.5)) == 91.5
+    assert hottest_gpu_celsius("other_metric 1\n") is None
+    assert throttled_limit(256, 0.5) == 128 and throttled_limit(1, 0.1) == 1
+
+
+@dataclass
+class Control:
+    celsius: float = 50.0
+    ready: bool = False
+
+    def app(self) -> Starlette:
+        async def metrics(request: Request) -> Response:
+            return PlainTextResponse(GPU_METRICS.format(t0=self.celsius, t1=40))
+
+        async def ready(request: Request) -> Response:
+            return Response(status_code=200 if self.ready else 503)
+
+        return Starlette(routes=[Route("/metrics", metrics), Route("/ready", ready)])
+
+
+def _wait_for(registry: CollectorRegistry, value: float) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if registry.get_sample_value("gateway_concurrency_limit") == value:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_thermal_guard_and_readyz_follow_the_control_endpoint(
+    fake_vllm: tuple[FakeVLLM, str], make_settings: MakeSettings, registry: CollectorRegistry
+) -> None:
+    control = Control()
+    with serve(control.app()) as control_url:
+        settings = make_settings(
+            fake_vllm[1],
+            control_url=control_url,
+            max_concurrency=8,
+            thermal_threshold_celsius=85,
+            thermal_poll_seconds=0.02,
+        )
+        with serve(create_app(settings, registry=registry)) as url:
+            assert httpx.get(f"{url}/readyz").status_code == 503
+            control.ready = True
+            assert httpx.get(f"{url}/readyz").status_code == 200
+            control.celsius = 90
+            assert _wait_for(registry, 4)
+            control.celsius = 70
+            assert _wait_for(registry, 8)

@@ -1,0 +1,90 @@
+"""GatewaySettings: env parsing, validation messages, and `python -m gateway` on bad config."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import ConfigError
+from gateway.settings import load_settings
+from tests.gateway.conftest import MakeSettings
+
+
+def test_defaults_and_upstream_list(make_settings: MakeSettings) -> None:
+    settings = make_settings("http://a:8000/, http://b:8000")
+    assert settings.upstream_url == ["http://a:8000", "http://b:8000"]
+    assert settings.upstream == "http://a:8000"
+    assert (settings.port, settings.auth, settings.layout) == (8080, "on", "on")
+
+
+def test_reads_environment(monkeypatch: pytest.MonkeyPatch, make_settings: MakeSettings) -> None:
+    monkeypatch.setenv("GATEWAY_UPSTREAM_URL", "http://vllm:8000")
+    monkeypatch.setenv("GATEWAY_PORT", "9000")
+    monkeypatch.setenv("GATEWAY_LAYOUT", "off")
+    monkeypatch.setenv("GATEWAY_LAYOUT_RULES", '{"ticket": "TICKET-[0-9]+"}')
+    settings = load_settings()
+    assert (settings.upstream, settings.port, settings.layout) == ("http://vllm:8000", 9000, "off")
+    assert settings.layout_rules == {"ticket": "TICKET-[0-9]+"}
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "GATEWAY_UPSTREAM_URL is required"),
+        ({"GATEWAY_UPSTREAM_URL": "vllm:8000"}, "GATEWAY_UPSTREAM_URL='vllm:8000'"),
+        ({"GATEWAY_AUTH": "maybe"}, "GATEWAY_AUTH='maybe': Input should be 'on' or 'off'"),
+        ({"GATEWAY_LAYOUT": "yes"}, "GATEWAY_LAYOUT='yes': Input should be 'on' or 'off'"),
+        ({"GATEWAY_PORT": "0"}, "GATEWAY_PORT='0'"),
+        ({"GATEWAY_LAYOUT_RULES": "{bad"}, "GATEWAY_LAYOUT_RULES='{bad': not JSON"),
+        ({"GATEWAY_LAYOUT_RULES": '{"x": "("}'}, "bad regex"),
+        ({"GATEWAY_CONTROL_URL": "nope"}, "GATEWAY_CONTROL_URL='nope'"),
+    ],
+)
+def test_errors_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch, make_settings: MakeSettings, env: dict[str, str], expected: str
+) -> None:
+    if "GATEWAY_UPSTREAM_URL" not in env and env:
+        monkeypatch.setenv("GATEWAY_UPSTREAM_URL", "http://vllm:8000")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace("{", r"\{")):
+        load_settings()
+
+
+def test_secret_values_are_never_echoed(
+    monkeypatch: pytest.MonkeyPatch, make_settings: MakeSettings
+) -> None:
+    monkeypatch.setenv("GATEWAY_UPSTREAM_URL", "http://vllm:8000")
+    monkeypatch.setenv("GATEWAY_API_KEYS", "alice:sk-secret")
+    settings = load_settings()
+    assert "sk-secret" not in repr(settings)
+
+
+def _run_gateway(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    clean.update(env, GATEWAY_STATE_DIR=str(tmp_path))
+    return subprocess.run(
+        [sys.executable, "-m", "gateway"], env=clean, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "GATEWAY_UPSTREAM_URL is required"),
+        ({"GATEWAY_UPSTREAM_URL": "http://x:1"}, "GATEWAY_AUTH=on needs GATEWAY_API_KEYS"),
+        (
+            {"GATEWAY_UPSTREAM_URL": "http://x:1", "GATEWAY_API_KEYS_FILE": "/nonexistent"},
+            "cannot read",
+        ),
+    ],
+)
+def test_module_exits_2_with_one_line(tmp_path: Path, env: dict[str, str], expected: str) -> None:
+    result = _run_gateway(env, tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and expected in result.stderr
+    assert "Traceback" not in result.stderr
