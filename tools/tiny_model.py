@@ -88,8 +88,14 @@ def _tokenizer_config() -> dict[str, Any]:
         "unk_token": None,
         "chat_template": CHAT_TEMPLATE,
         "added_tokens_decoder": {
-            str(i): {"content": tok, "special": True, "lstrip": False, "rstrip": False,
-                     "normalized": False, "single_word": False}
+            str(i): {
+                "content": tok,
+                "special": True,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "single_word": False,
+            }
             for i, tok in enumerate(SPECIAL_TOKENS)
         },
     }
@@ -122,23 +128,49 @@ def config_for(kind: str, max_position: int = 4096) -> dict[str, Any]:
     if kind == "dense":
         cfg.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
     elif kind == "gqa":
-        cfg.update(architectures=["LlamaForCausalLM"], model_type="llama",
-                   num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=1,
-                   head_dim=16, hidden_size=128)
+        cfg.update(
+            architectures=["LlamaForCausalLM"],
+            model_type="llama",
+            num_hidden_layers=3,
+            num_attention_heads=8,
+            num_key_value_heads=1,
+            head_dim=32,
+            hidden_size=128,
+        )  # CPU_ATTN head sizes start at 32
     elif kind == "moe":
-        cfg.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
-                   num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
-                   decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
+        cfg.update(
+            architectures=["Qwen3MoeForCausalLM"],
+            model_type="qwen3_moe",
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=True,
+        )
     elif kind in ("hybrid", "hybrid-mtp"):
         cfg.update(
-            architectures=["Qwen3NextForCausalLM"], model_type="qwen3_next",
-            hidden_size=128, num_hidden_layers=4, full_attention_interval=4,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-            linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
-            linear_num_key_heads=2, linear_num_value_heads=4,
-            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-            shared_expert_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
-            norm_topk_prob=True, partial_rotary_factor=0.25,
+            architectures=["Qwen3NextForCausalLM"],
+            model_type="qwen3_next",
+            hidden_size=128,
+            num_hidden_layers=4,
+            full_attention_interval=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=True,
+            partial_rotary_factor=0.25,
         )
         if kind == "hybrid-mtp":
             cfg["num_nextn_predict_layers"] = 1
@@ -157,7 +189,8 @@ def write_tiny_model(out_dir: Path, kind: str = "dense", max_position: int = 409
     (out_dir / "tokenizer.json").write_text(_tokenizer_json())
     (out_dir / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(), indent=2))
     (out_dir / "generation_config.json").write_text(
-        json.dumps({"eos_token_id": 2, "pad_token_id": 0, "do_sample": False}))
+        json.dumps({"eos_token_id": 2, "pad_token_id": 0, "do_sample": False})
+    )
     return out_dir
 
 

@@ -1,0 +1,299 @@
+"""vLLM's KV-cache arithmetic, mirrored exactly (CPU and GPU rules from one code).
+
+Mirrors vllm 0.32/0.33: `platforms/interface.py` (`_align_hybrid_block_size`),
+`v1/core/kv_cache_utils.py` (grouping, padding layers, num_blocks, concurrency;
+0.33 moved grouping to `v1/core/kv_cache_planning.py`),
+`v1/kv_cache_interface.py` (page sizes), the GDN state shapes of Qwen3-Next.
+The formulas, with their sources, are in docs/kv-arithmetic.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from budget.errors import BudgetError
+from budget.kv_blocks import (
+    DEVICES,
+    KV_DTYPE_BYTES,
+    group_layers,
+    kernel_block_size,
+    kv_dtype_bytes,
+    largest_group_layers,
+    padding_log_lines,
+    start_block_size,
+)
+from budget.kv_mamba import (
+    GDNState,
+    align_hybrid_block_size,
+    gdn_state,
+    mamba_blocks_per_request,
+)
+
+_MODEL_POSITIVE_FIELDS = (
+    "num_attention_layers", "num_kv_heads", "head_dim", "head_dim_v", "model_dtype_bytes"
+)  # fmt: skip
+_GDN_FIELDS = (
+    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+    "linear_value_head_dim", "linear_conv_kernel_dim", "conv_state_dtype_bytes",
+    "ssm_state_dtype_bytes",
+)  # fmt: skip
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise BudgetError(message)
+
+
+def _require_min(obj: object, names: tuple[str, ...], minimum: int, context: str = "") -> None:
+    for name in names:
+        value = getattr(obj, name)
+        _require(value >= minimum, f"{name}={value}; must be ≥ {minimum}{context}")
+
+
+@dataclass(frozen=True)
+class KVModel:
+    """What of a model's config the KV pool depends on (main model, unsharded)."""
+
+    num_attention_layers: int  # full-attention layers of the main model
+    num_gdn_layers: int  # Gated-DeltaNet (mamba-type) layers of the main model
+    num_kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    model_dtype_bytes: int  # torch dtype of the model (bf16 = 2)
+    # GDN state (ignored when num_gdn_layers == 0)
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    conv_state_dtype_bytes: int = 2
+    ssm_state_dtype_bytes: int = 2  # fp32 (4) when config says mamba_ssm_dtype=float32
+    mtp_layers: int = 0  # num_nextn_predict_layers / mtp_num_hidden_layers
+
+    def __post_init__(self) -> None:
+        _require_min(self, _MODEL_POSITIVE_FIELDS, 1)
+        _require_min(self, ("num_gdn_layers", "mtp_layers"), 0)
+        if self.num_gdn_layers:
+            _require_min(self, _GDN_FIELDS, 1, " for a GDN hybrid")
+
+
+@dataclass(frozen=True)
+class KVSettings:
+    tp: int
+    device: str  # "cuda" | "cpu"
+    kv_cache_dtype: str  # "auto" | "bfloat16" | "float16" | "fp8" | "fp8_e4m3" | "fp8_e5m2"
+    max_model_len: int
+    prefix_caching: bool
+    mtp_k: int  # speculative tokens; 0 = off
+    block_size: int | None = None  # user --block-size
+    flashinfer_gdn_align: bool = False  # SM90/SM10x/SM12x FlashInfer GDN path (lcm 64)
+    # Smallest kernel block of the attention backend; None = the device default
+    # (CPU_ATTN 32; FlashAttention/Triton/FlashInfer 16; FA4 hd256 on SM100 is 128).
+    kernel_block_size: int | None = None
+    # platforms/cpu.py: on a CPU with AVX512-BF16 vLLM resets the SSM cache to
+    # float32 (unless --mamba-ssm-cache-dtype bfloat16/float16 is given).
+    cpu_avx512_bf16: bool = False
+
+    def __post_init__(self) -> None:
+        _require(self.device in DEVICES, f"device={self.device!r}; must be one of cuda, cpu")
+        allowed = ("auto", *KV_DTYPE_BYTES)
+        _require(
+            self.kv_cache_dtype in allowed,
+            f"kv_cache_dtype={self.kv_cache_dtype!r}; must be one of {', '.join(allowed)}",
+        )
+        _require_min(self, ("tp", "max_model_len"), 1)
+        _require_min(self, ("mtp_k",), 0)
+        for name in ("block_size", "kernel_block_size"):
+            value = getattr(self, name)
+            _require(value is None or value >= 1, f"{name}={value}; must be ≥ 1 or unset")
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    block_size: int  # tokens per attention block, after raising
+    attention_page_bytes: int  # one layer, one block
+    mamba_page_bytes: int  # unpadded, one layer one block (0 when none)
+    page_bytes: int  # unified page
+    num_groups: int
+    group_size: int  # layers per group (with padding layers)
+    padding_layers: int
+    bytes_per_block: int  # group_size * page_bytes: num_blocks = kv_bytes // this
+    blocks_per_request: int  # at max_model_len, summed over groups
+    # "Setting attention block size ...", "Padding mamba ...", "Add N padding layers ..."
+    log_lines: tuple[str, ...]
+    # Added: what blocks_per_request is made of, so it can be redone at another length.
+    num_attention_groups: int = 1
+    num_mamba_groups: int = 0
+    mamba_blocks_per_group: int = 0  # per request, per mamba group
+    mamba_cache_mode: str = "none"  # "align" with prefix caching on a hybrid
+    kv_heads_per_rank: int = 0
+    attention_layers: int = 0  # main + MTP full-attention KV layers
+    conv_state_shape: tuple[int, ...] = field(default=())
+    ssm_state_shape: tuple[int, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    num_blocks: int
+    kv_cache_tokens: int  # as vLLM logs it
+    max_concurrency: float  # as vLLM computes it (unrounded)
+    # Added: vLLM starts only if kv - one null block covers one max_model_len request
+    # (kv_cache_utils.get_kv_cache_configs / _check_enough_kv_cache_memory).
+    starts: bool = True
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _attention_layers(model: KVModel, settings: KVSettings) -> int:
+    """Main full-attention layers, plus the MTP drafter's (one per MTP layer)."""
+    if not settings.mtp_k:
+        return model.num_attention_layers
+    _require(
+        model.mtp_layers >= 1,
+        f"mtp_k={settings.mtp_k} but the model has mtp_layers=0; MTP needs ≥ 1",
+    )
+    return model.num_attention_layers + model.mtp_layers
+
+
+def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
+    """The KV pool layout vLLM builds for this model and these settings."""
+    kv_heads = max(1, model.num_kv_heads // settings.tp)
+    per_token = (
+        kv_heads
+        * (model.head_dim + model.head_dim_v)
+        * kv_dtype_bytes(settings.kv_cache_dtype, model.model_dtype_bytes)
+    )
+    attention_layers = _attention_layers(model, settings)
+    if not model.num_gdn_layers:
+        block_size = start_block_size(settings.device, settings.block_size)
+        page = block_size * per_token
+        return KVLayout(
+            block_size=block_size,
+            attention_page_bytes=page,
+            mamba_page_bytes=0,
+            page_bytes=page,
+            num_groups=1,
+            group_size=attention_layers,
+            padding_layers=0,
+            bytes_per_block=attention_layers * page,
+            blocks_per_request=_cdiv(settings.max_model_len, block_size),
+            log_lines=(),
+            kv_heads_per_rank=kv_heads,
+            attention_layers=attention_layers,
+        )
+    return _hybrid_layout(model, settings, kv_heads, per_token, attention_layers)
+
+
+def _model_gdn_state(model: KVModel, settings: KVSettings) -> GDNState:
+    """The GDN state per layer and slot on one rank (K spec tokens widen the conv)."""
+    cpu_fp32_ssm = settings.device == "cpu" and settings.cpu_avx512_bf16
+    return gdn_state(
+        num_key_heads=model.linear_num_key_heads,
+        num_value_heads=model.linear_num_value_heads,
+        key_head_dim=model.linear_key_head_dim,
+        value_head_dim=model.linear_value_head_dim,
+        conv_kernel_dim=model.linear_conv_kernel_dim,
+        tp=settings.tp,
+        num_spec_tokens=settings.mtp_k,
+        conv_dtype_bytes=model.conv_state_dtype_bytes,
+        ssm_dtype_bytes=4 if cpu_fp32_ssm else model.ssm_state_dtype_bytes,
+    )
+
+
+def _hybrid_layout(
+    model: KVModel, settings: KVSettings, kv_heads: int, per_token: int, attention_layers: int
+) -> KVLayout:
+    """Qwen3-Next style: full-attention layers + GDN layers sharing one page size."""
+    align = settings.prefix_caching  # MambaModelConfig: prefix caching => "align"
+    checkpoint = align and settings.flashinfer_gdn_align and settings.device == "cuda"
+    state = _model_gdn_state(model, settings)
+    hybrid = align_hybrid_block_size(
+        block_size=start_block_size(settings.device, settings.block_size),
+        kernel_block_size=kernel_block_size(settings.device, settings.kernel_block_size),
+        attention_page_bytes_per_token=per_token,
+        mamba_page_bytes=state.page_bytes,
+        flashinfer_checkpoint=checkpoint,
+    )
+    buckets = (attention_layers, model.num_gdn_layers)
+    group_size, groups, padding = group_layers(buckets)
+    mamba_blocks = mamba_blocks_per_request(
+        align_mode=align, num_spec_tokens=settings.mtp_k, checkpoint=checkpoint
+    )
+    attention_blocks = _cdiv(settings.max_model_len, hybrid.block_size)
+    return KVLayout(
+        block_size=hybrid.block_size,
+        attention_page_bytes=hybrid.page_bytes,
+        mamba_page_bytes=state.page_bytes,
+        page_bytes=hybrid.page_bytes,  # the padded mamba page equals the attention page
+        num_groups=sum(groups),
+        group_size=group_size,
+        padding_layers=padding,
+        bytes_per_block=largest_group_layers(buckets, groups) * hybrid.page_bytes,
+        blocks_per_request=groups[0] * attention_blocks + groups[1] * mamba_blocks,
+        log_lines=hybrid.log_lines + padding_log_lines(buckets, group_size),
+        num_attention_groups=groups[0],
+        num_mamba_groups=groups[1],
+        mamba_blocks_per_group=mamba_blocks,
+        mamba_cache_mode="align" if align else "none",
+        kv_heads_per_rank=kv_heads,
+        attention_layers=attention_layers,
+        conv_state_shape=state.conv_shape,
+        ssm_state_shape=state.ssm_shape,
+    )
+
+
+def blocks_per_request(layout: KVLayout, max_model_len: int) -> int:
+    """Σ over groups of cdiv(spec.max_memory_usage_bytes, page) at this length.
+
+    Attention: cdiv(L, block) per group (no extra blocks for speculative tokens);
+    mamba: `mamba_blocks_per_group` per group, independent of L.
+    """
+    _require(max_model_len >= 1, f"max_model_len={max_model_len}; must be ≥ 1")
+    attention = layout.num_attention_groups * _cdiv(max_model_len, layout.block_size)
+    return attention + layout.num_mamba_groups * layout.mamba_blocks_per_group
+
+
+def kv_capacity(layout: KVLayout, kv_cache_bytes: int, max_model_len: int) -> KVCapacity:
+    """`get_kv_cache_config_from_groups` + `get_kv_cache_capacity` for this pool."""
+    _require(kv_cache_bytes >= 0, f"kv_cache_bytes={kv_cache_bytes}; must be ≥ 0")
+    per_request = blocks_per_request(layout, max_model_len)
+    num_blocks = kv_cache_bytes // layout.bytes_per_block
+    max_concurrency = num_blocks / per_request
+    # One block is the BlockPool's null block: the start check plans without it.
+    starts = kv_cache_bytes - layout.bytes_per_block >= layout.bytes_per_block * per_request
+    return KVCapacity(
+        num_blocks=num_blocks,
+        kv_cache_tokens=int(max_concurrency * max_model_len),
+        max_concurrency=max_concurrency,
+        starts=kv_cache_bytes > 0 and starts,
+    )
+
+
+def min_kv_bytes_to_start(layout: KVLayout, max_model_len: int) -> int:
+    """Smallest pool vLLM accepts: one max_model_len request plus the null block."""
+    return layout.bytes_per_block * (blocks_per_request(layout, max_model_len) + 1)
+
+
+def kv_bytes_for_concurrency(layout: KVLayout, concurrency: float, max_model_len: int) -> int:
+    """Smallest pool whose logged concurrency is ≥ `concurrency` and that starts."""
+    _require(concurrency > 0, f"concurrency={concurrency}; must be > 0")
+    per_request = blocks_per_request(layout, max_model_len)
+    num_blocks = max(1, int(concurrency * per_request))
+    while num_blocks / per_request < concurrency:  # float compare, as vLLM divides
+        num_blocks += 1
+    while num_blocks > 1 and (num_blocks - 1) / per_request >= concurrency:
+        num_blocks -= 1
+    return max(num_blocks * layout.bytes_per_block, min_kv_bytes_to_start(layout, max_model_len))
+
+
+def format_kv_log_line(capacity: KVCapacity, max_model_len: int, device: str) -> str:
+    """`update_kv_cache_capacity`'s line (vllm 0.32+, one line; GPU for cuda)."""
+    _require(device in DEVICES, f"device={device!r}; must be one of cuda, cpu")
+    pool = "GPU" if device == "cuda" else "CPU"
+    return (
+        f"{pool} KV cache size: {capacity.kv_cache_tokens:,} tokens, "
+        f"Maximum concurrency for {max_model_len:,} tokens per request: "
+        f"{capacity.max_concurrency:.2f}x"
+    )
