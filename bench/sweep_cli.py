@@ -1,0 +1,169 @@
+"""`python -m bench sweep`: restart vLLM through the entrypoint for each setting."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bench.conditions import split_args
+from bench.errors import BenchError
+from bench.graphs import coverage, parse_log
+from bench.launcher import DEFAULT_LAUNCHER, LaunchedServer, LaunchSpec
+from bench.planinfo import plan_for
+from bench.rundir import RunDir
+from bench.scale import get_scale
+from bench.sweep import STAGES, Stage, metrics_row, run_sweep
+from bench.sweep_report import write_sweep_report
+
+ERROR_CHARS = 2000
+
+
+def _values(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise BenchError(f"--values {text!r}; expected integers such as 0,1,2,3") from None
+
+
+def add_sweep(sub: Any) -> None:
+    from bench.cli import add_common
+
+    p = sub.add_parser("sweep", help="restart vLLM through the entrypoint for each setting")
+    p.add_argument(
+        "--param",
+        action="append",
+        required=True,
+        choices=tuple(STAGES),
+        help="parameter to sweep (repeatable; run in seed 000's order)",
+    )
+    p.add_argument(
+        "--values",
+        action="append",
+        required=True,
+        type=_values,
+        help="comma list for the matching --param, e.g. 0,1,2,3",
+    )
+    add_common(p)
+    p.set_defaults(workload=None)
+    p.add_argument("--serve-model", required=True, help="SPARKSERVE_MODEL: profile or directory")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="SPARKSERVE_X=V",
+        help="fixed entrypoint setting for every run (repeatable)",
+    )
+    p.add_argument(
+        "--launcher",
+        default=shlex.join(DEFAULT_LAUNCHER),
+        help="command that starts the server (default: python -m entrypoint)",
+    )
+    p.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds to /ready")
+    p.add_argument("--retry-failed", action="store_true", help="rerun settings that failed")
+
+
+def base_env(args: argparse.Namespace) -> dict[str, str]:
+    env = {"SPARKSERVE_MODEL": args.serve_model, "SPARKSERVE_SERVED_MODEL_NAME": args.model}
+    for pair in args.env:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("SPARKSERVE_"):
+            raise BenchError(f"--env {pair!r}; expected SPARKSERVE_NAME=value")
+        env[key] = value
+    return env
+
+
+def setting_env(
+    base: Mapping[str, str], stage: Stage, value: int, fixed: Mapping[str, int]
+) -> dict[str, str]:
+    env = dict(base)
+    env.update({STAGES[p].env: str(v) for p, v in fixed.items()})
+    env[stage.env] = str(value)
+    return env
+
+
+class SettingRunner:
+    """Runs one setting: launch, bench, stop; returns the state entry."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.base = base_env(args)
+        self.command = shlex.split(args.launcher)
+
+    def __call__(
+        self, stage: Stage, value: int, fixed: Mapping[str, int], out: Path
+    ) -> dict[str, Any]:
+        from bench.runner import RunOptions, run_benchmark
+
+        env = setting_env(self.base, stage, value, fixed)
+        plan, plan_error = plan_for({**os.environ, **env})
+        spec = LaunchSpec(self.command, env, out / "server.log", self.args.ready_timeout)
+        try:
+            with LaunchedServer(spec):
+                logged = parse_log(spec.log_path.read_text(errors="replace"))
+                extra = split_args(env.get("SPARKSERVE_VLLM_EXTRA_ARGS"))
+                opts = RunOptions(
+                    url=spec.url,
+                    model=self.args.model,
+                    workloads=tuple(self.args.workload.split(","))
+                    if self.args.workload
+                    else stage.workloads,
+                    scale=get_scale(self.args.scale),
+                    seed=self.args.seed,
+                    run_dir=RunDir(out),
+                    plan=plan,
+                    vllm_args=tuple((plan or {}).get("vllm_args", [])) + tuple(extra),
+                    overrides={
+                        k: v
+                        for k, v in (("vllm_kv_tokens", logged["kv_cache_tokens"]),)
+                        if v is not None
+                    },
+                    progress=not self.args.no_progress,
+                    label=f"{stage.param}={value}",
+                )
+                summary = run_benchmark(opts)
+        except BenchError as exc:  # launch failed, or the server broke during the run
+            return {"status": "failed", "error": str(exc)[:ERROR_CHARS], "plan_error": plan_error}
+        return {"status": "ok", "row": self._row(value, summary, logged), "run_dir": str(out)}
+
+    @staticmethod
+    def _row(value: int, summary: Mapping[str, Any], logged: Mapping[str, Any]) -> dict[str, Any]:
+        conds = summary["conditions"]
+        graph_mode = logged["graph_mode"] or conds.get("graph_mode")
+        sizes = logged["capture_sizes"] or conds.get("capture_sizes")
+        graphs = coverage(
+            int(conds.get("mtp_k") or 0), int(conds.get("max_num_seqs") or 1), graph_mode, sizes
+        )
+        return {
+            **metrics_row(value, summary),
+            "plan_kv_tokens": conds.get("plan_kv_tokens"),
+            "vllm_kv_tokens": logged["kv_cache_tokens"],
+            "graph_mode": graph_mode,
+            "graph_fallback_widths": graphs["fallback"],
+            "graph_note": graphs["note"],
+        }
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    if len(args.param) != len(args.values):
+        raise BenchError(
+            f"{len(args.param)} --param but {len(args.values)} --values; give one each"
+        )
+    params = list(zip(args.param, args.values, strict=True))
+    identity = {
+        "params": [[p, v] for p, v in params],
+        "serve_model": args.serve_model,
+        "model": args.model,
+        "env": sorted(args.env),
+        "scale": args.scale,
+        "seed": args.seed,
+        "workload": args.workload,
+    }
+    result = run_sweep(args.out, params, identity, SettingRunner(args), args.retry_failed)
+    report = write_sweep_report(result, args.out)
+    print(f"sweep report: {report}")
+    failed = any(stage["failed"] for stage in result["stages"])
+    return 1 if failed else 0
