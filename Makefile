@@ -58,9 +58,27 @@ clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis run
 
 # --- deployment and observability (issue 7) ---------------------------------------------
-.PHONY: prometheus-bin
+.PHONY: prometheus-bin up down logs doctor
+COMPOSE ?= docker compose
+
 prometheus-bin: ## Install Prometheus + promtool (Debian package) unless on PATH; tests need them
 	@bash tools/install_prometheus.sh
 
 # The integration tests run a real Prometheus and promtool.
 test test-fast: prometheus-bin
+
+.env: | $(VENV)/.base-stamp ## Compose inputs from the planner; then add MODEL_DIR (see .env.example)
+	$(PY) -m budget plan --format env $(PLAN_ARGS) > $@ || { rm -f $@; exit 1; }
+	@echo "wrote .env from the plan; now add MODEL_DIR, GATEWAY_API_KEYS, GRAFANA_ADMIN_PASSWORD (see .env.example)"
+
+up: .env ## docker compose up -d: vLLM (entrypoint), gateway, Prometheus, Grafana (GPU box)
+	$(COMPOSE) up -d --build
+
+down: ## docker compose down
+	$(COMPOSE) down
+
+logs: ## Follow the stack's logs (SERVICE=vllm for one service)
+	$(COMPOSE) logs -f --tail=200 $(SERVICE)
+
+doctor: $(VENV)/.test-stamp ## Health, restarts and last error lines of each compose container
+	$(PY) -m tools.doctor

@@ -1,0 +1,72 @@
+# syntax=docker/dockerfile:1
+# sparkserve images, one file:
+#   default (last) stage `vllm`: vLLM started by `python3 -m entrypoint`
+#     (budget → vLLM → warm-up → ready; control endpoint :8001 /ready, /metrics);
+#   stage `gateway`: the OpenAI-compatible gateway only (`python3 -m gateway`, :8080).
+# No secrets are baked in: API keys and salts come from the environment at run time.
+#
+# The vLLM base image is pinned per architecture (override with --build-arg):
+#   amd64: vLLM's official CUDA image (x86_64 GPU boxes: H100/H200, RTX 4090/5090/PRO 6000);
+#   arm64: an aarch64 CUDA 13 vLLM image that runs on DGX Spark (GB10, SM 12.1).
+# `docker buildx build --platform linux/arm64 .` on/for a Spark picks the arm64 one.
+ARG VLLM_IMAGE_AMD64=vllm/vllm-openai:v0.32.0
+ARG VLLM_IMAGE_ARM64=nvcr.io/nvidia/vllm:25.11-py3
+ARG GATEWAY_BASE_IMAGE=python:3.11.11-slim-bookworm
+ARG TARGETARCH
+
+FROM ${VLLM_IMAGE_AMD64} AS vllm-base-amd64
+FROM ${VLLM_IMAGE_ARM64} AS vllm-base-arm64
+
+# --- gateway: small image, no GPU libraries ---------------------------------------------
+FROM ${GATEWAY_BASE_IMAGE} AS gateway
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    GATEWAY_HOST=0.0.0.0 \
+    GATEWAY_PORT=8080 \
+    GATEWAY_STATE_DIR=/var/lib/sparkserve-gateway
+WORKDIR /opt/sparkserve
+COPY pyproject.toml ./
+COPY budget ./budget
+COPY entrypoint ./entrypoint
+COPY gateway ./gateway
+RUN python3 -m pip install --no-cache-dir . \
+    && useradd --system --uid 10001 --home-dir /var/lib/sparkserve-gateway --create-home gateway
+USER 10001
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
+ENTRYPOINT ["python3", "-m", "gateway"]
+
+# --- vllm: the serving container (default target) ---------------------------------------
+# The tag is pinned above (VLLM_IMAGE_*); hadolint cannot see through the stage name.
+# hadolint ignore=DL3006
+FROM vllm-base-${TARGETARCH} AS vllm
+# Offline: weights come from the read-only model volume, never from a hub at run time.
+ENV HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    HF_HOME=/cache/huggingface \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    SPARKSERVE_CACHE_DIR=/cache/compile \
+    SPARKSERVE_CONTROL_PORT=8001
+WORKDIR /opt/sparkserve
+COPY pyproject.toml ./
+COPY budget ./budget
+COPY entrypoint ./entrypoint
+COPY gateway ./gateway
+# The base image already has vLLM, torch, psutil and nvidia-ml-py: keep its versions.
+# Editable, so budget/profiles/*.toml are read from /opt/sparkserve (the wheel's
+# package-data lists only py.typed).  A stale ~/.cache/huggingface from the base image
+# must not shadow the mounted model.
+RUN python3 -m pip install --no-cache-dir --no-deps --editable . \
+    && rm -rf /root/.cache/huggingface
+EXPOSE 8000 8001
+# Ready = warm-up done and vLLM answering (503 before); a cold start may compile for minutes.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30m --retries=3 \
+    CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/ready' % os.environ.get('SPARKSERVE_CONTROL_PORT', '8001'), timeout=4)"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["python3", "-m", "entrypoint"]
