@@ -58,7 +58,7 @@ clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis run
 
 # --- deployment and observability (issue 7) ---------------------------------------------
-.PHONY: prometheus-bin up down logs doctor
+.PHONY: prometheus-bin up down logs doctor demo
 COMPOSE ?= docker compose
 
 prometheus-bin: ## Install Prometheus + promtool (Debian package) unless on PATH; tests need them
@@ -82,3 +82,6 @@ logs: ## Follow the stack's logs (SERVICE=vllm for one service)
 
 doctor: $(VENV)/.test-stamp ## Health, restarts and last error lines of each compose container
 	$(PY) -m tools.doctor
+
+demo: $(VENV)/.test-stamp prometheus-bin ## CPU demo, no GPU/Docker: tiny model via entrypoint + gateway + Prometheus
+	$(PY) -m tools.demo
