@@ -85,3 +85,15 @@ doctor: $(VENV)/.test-stamp ## Health, restarts and last error lines of each com
 
 demo: $(VENV)/.test-stamp prometheus-bin ## CPU demo, no GPU/Docker: tiny model via entrypoint + gateway + Prometheus
 	$(PY) -m tools.demo
+
+# --- benchmark and tuning harness (issue 3; docs/bench.md) --------------------------------
+.PHONY: bench
+BENCH_URL ?= http://127.0.0.1:8000
+BENCH_GATEWAY_URL ?= http://127.0.0.1:8080
+BENCH_SCALE ?= small
+BENCH_OUT ?= run/bench/$(shell date -u +%Y%m%dT%H%M%SZ)
+BENCH_ARGS ?=
+
+bench: $(VENV)/.test-stamp ## Default suite against the running stack (vLLM :8000, gateway :8080); see docs/bench.md
+	$(PY) -m bench run --url $(BENCH_URL) $(if $(BENCH_GATEWAY_URL),--gateway-url $(BENCH_GATEWAY_URL)) \
+	  --workload all --scale $(BENCH_SCALE) --out $(BENCH_OUT) $(BENCH_ARGS)
