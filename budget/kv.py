@@ -221,7 +221,6 @@ def _hybrid_layout(
     mamba_blocks = mamba_blocks_per_request(
         align_mode=align, num_spec_tokens=settings.mtp_k, checkpoint=checkpoint
     )
-    attention_blocks = _cdiv(settings.max_model_len, hybrid.block_size)
     return KVLayout(
         block_size=hybrid.block_size,
         attention_page_bytes=hybrid.page_bytes,
@@ -231,7 +230,8 @@ def _hybrid_layout(
         group_size=group_size,
         padding_layers=padding,
         bytes_per_block=largest_group_layers(buckets, groups) * hybrid.page_bytes,
-        blocks_per_request=groups[0] * attention_blocks + groups[1] * mamba_blocks,
+        blocks_per_request=groups[0] * _cdiv(settings.max_model_len, hybrid.block_size)
+        + groups[1] * mamba_blocks,
         log_lines=hybrid.log_lines + padding_log_lines(buckets, group_size),
         num_attention_groups=groups[0],
         num_mamba_groups=groups[1],
