@@ -16,11 +16,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import IO
 
+import psutil
+
 from entrypoint.console import Console
 from entrypoint.logscan import LogWatcher
 from entrypoint.planning import Launch
 
 TAIL_LINES = 200
+ZOMBIE = psutil.STATUS_ZOMBIE
+READER_DRAIN_SECONDS = 0.5
 GROUP_EXIT_WAIT_SECONDS = 2.0
 
 
@@ -84,7 +88,7 @@ class VLLMChild:
 
     def tail(self, lines: int) -> list[str]:
         """The last lines vLLM printed (after letting the reader drain a moment)."""
-        self._reader.join(timeout=1.0)
+        self._reader.join(timeout=READER_DRAIN_SECONDS)
         with self._tail_lock:
             return list(self._tail)[-lines:]
 
@@ -96,11 +100,15 @@ class VLLMChild:
         return True
 
     def _group_alive(self) -> bool:
-        try:
-            os.killpg(self.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        """Whether any process of vLLM's group still runs (zombies waiting for a reaper
+        that is not us do not count: they hold no memory and no port)."""
+        for process in psutil.process_iter():
+            try:
+                if os.getpgid(process.pid) == self.pid and process.status() != ZOMBIE:
+                    return True
+            except (ProcessLookupError, psutil.Error):
+                continue
+        return False
 
     def _wait_group(self, seconds: float, sleep: Callable[[float], None] = time.sleep) -> bool:
         deadline = time.monotonic() + seconds

@@ -14,6 +14,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from entrypoint.state import Lifecycle
 
+POLL_SECONDS = 0.1  # how soon close() returns
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -57,7 +59,10 @@ class ControlServer:
         self._server.lifecycle = lifecycle
         self._server.registry = registry
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="control-http", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": POLL_SECONDS},
+            name="control-http",
+            daemon=True,
         )
 
     @property

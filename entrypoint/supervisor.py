@@ -113,6 +113,7 @@ class Supervisor:
             self._report_exit(child, code)
 
     def _report_exit(self, child: VLLMChild, code: int) -> None:
+        child.kill_group()  # what is left of vLLM holds its output pipe open
         console = self.ctx.console
         console.say(f"vLLM exited ({describe_returncode(code)}); its last lines:")
         for line in child.tail(LAST_LINES):
