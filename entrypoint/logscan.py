@@ -3,8 +3,9 @@
 Lines parsed (DESIGN §3; vllm/v1/core/kv_cache_utils.py, vllm/v1/worker/gpu_worker.py,
 gpu_model_runner.py): `GPU KV cache size: N tokens, Maximum concurrency for L tokens
 per request: X.XXx` (CPU prefix on CPU; two lines on vLLM 0.24), `Available KV cache
-memory: X GiB`, `Model loading took X GiB`, `Graph capturing finished in N secs, took
-X GiB`, `init engine (…) took X s`, `Starting vLLM server on …`.
+memory: X GiB`, `Model loading took X GiB`, `Loading weights took X seconds`,
+`Initializing model took X seconds`, `Graph capturing finished in N secs, took X GiB`,
+`init engine (…) took X s`, `Starting vLLM server on …`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: 
 AVAILABLE_KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 MODEL_LOADING = re.compile(r"Model loading took ([\d.]+) GiB")
 GRAPHS = re.compile(r"Graph capturing finished in ([\d.]+) secs?, took (-?[\d.]+) GiB")
+MODEL_INIT = re.compile(r"Initializing model took ([\d.]+) seconds")
+WEIGHTS_READ = re.compile(r"Loading weights took ([\d.]+) seconds")
 ENGINE_INIT = re.compile(r"init engine \(.*\) took ([\d.]+) s")
 SERVER_UP = re.compile(r"Starting vLLM (?:API )?server on (\S+)")
 
@@ -65,6 +68,10 @@ class LogWatcher:
     def feed(self, line: str) -> list[str]:
         """Record the numbers in `line`; the phases it marks, as messages."""
         phases: list[str] = []
+        if match := MODEL_INIT.search(line):
+            phases.append(f"model initialised in {float(match[1]):.2f} s")
+        if match := WEIGHTS_READ.search(line):
+            phases.append(f"weights read in {match[1]} s")
         if match := MODEL_LOADING.search(line):
             self._update(weights_bytes=_gib_bytes(match[1]))
             phases.append(f"weights loaded ({float(match[1]):.2f} GiB)")

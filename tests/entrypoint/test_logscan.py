@@ -56,3 +56,13 @@ def test_unrelated_lines_change_nothing():
     watcher = LogWatcher()
     assert watcher.feed("INFO Loading safetensors checkpoint shards: 50% Completed") == []
     assert watcher.snapshot().kv_cache_tokens is None
+
+
+def test_model_initialised_and_weights_read():
+    watcher = LogWatcher()
+    assert watcher.feed("[base_loader.py:82] Initializing model took 0.245516 seconds") == [
+        "model initialised in 0.25 s"
+    ]
+    assert watcher.feed("[default_loader.py:502] Loading weights took 12.30 seconds") == [
+        "weights read in 12.30 s"
+    ]
