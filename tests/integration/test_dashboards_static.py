@@ -134,3 +134,11 @@ def test_provisioning_points_at_the_dashboards_and_prometheus():
     (provider,) = providers["providers"]
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
     assert DASHBOARD_DIR.is_dir()
+
+
+def test_docs_name_every_dashboard_and_panel():
+    text = " ".join((ROOT / "docs" / "observability.md").read_text().split())
+    for path in dashboard_files():
+        assert path.name in text
+        for panel in panels(load(path)):
+            assert panel["title"] in text, panel["title"]
