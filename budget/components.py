@@ -17,11 +17,20 @@ from budget.weights import (
     sharded,
 )
 
-# Estimates (replaced by measured values in the GPU calibration, docs/):
-CUDA_CONTEXT_BYTES = 512 * MiB  # CUDA context + cuBLAS/cuDNN workspaces per GPU
-NCCL_BYTES = 256 * MiB  # NCCL buffers per rank with TP > 1
+# Estimates calibrated on an H200 with vLLM 0.24 (docs/gpu-calibration.md; the
+# logs are replayed by tests/budget/test_gpu_calibration.py):
+# requested − weights − KV − activation − graph estimate came to 1.16–1.52 GiB
+# over five server starts (dense, MoE, Qwen3-Next-shaped): CUDA context,
+# cuBLAS/NCCL workspaces and the fixed part of the profiling run's peak.
+CUDA_RUNTIME_BYTES = 1331 * MiB  # 1.3 GiB
+NCCL_BYTES = 256 * MiB  # NCCL buffers per rank with TP > 1 (not calibrated)
+# MTP on the hybrid added 0.22 GiB beyond the graph estimate (drafter activations).
+MTP_ACTIVATION_BYTES = 205 * MiB
 GDN_CHUNK = 64  # chunked GDN prefill keeps one fp32 state per 64-token chunk
-ACTIVATION_COPIES = 4  # live hidden-size buffers in a decoder layer (residual, norm, attn, mlp)
+FP32 = 4
+# Per prefill token: the dense model's chunk slope measured 17 KB/token (2048 →
+# 8192 took 0.10 GiB off the KV pool for Llama-8B), i.e. ≈ 2 hidden-size buffers.
+HIDDEN_BUFFERS = 2
 SAMPLER_COPIES = 3  # logits, probabilities and a sort buffer in the sampler's profile run
 REPLICATED = ("router", "norms")
 
@@ -53,25 +62,29 @@ def mtp_bytes(profile: ModelProfile, s: Settings) -> int:
 
 
 def activation_bytes_per_token(m: ModelSpec, tp: int) -> int:
-    """Peak live activation of one token in the widest layer of a prefill step (bf16)."""
-    q_out = m.num_attention_heads * m.head_dim * (2 if m.attn_output_gate else 1)
-    widths = [q_out + 2 * m.num_kv_heads * m.head_dim, 2 * m.intermediate_size]
-    gdn_state = 0
+    """Live activation of one prefill token at the profiling peak (per rank).
+
+    Hidden-size buffers for every model; for GDN layers the fp32 chunk states,
+    the fp32 q/k/v after the short convolution and the qkvz projection; for MoE
+    the fused-experts intermediate of the routed experts.
+    """
+    per_token = HIDDEN_BUFFERS * m.hidden_size * m.dtype_bytes
     if m.gdn is not None:
         g = m.gdn
-        widths.append(2 * g.key_dim + 2 * g.value_dim + 2 * g.num_value_heads)
-        gdn_state = g.num_value_heads * g.key_head_dim * g.value_head_dim * 4 // GDN_CHUNK
+        states = g.num_value_heads * g.key_head_dim * g.value_head_dim * FP32 // GDN_CHUNK
+        proj = (2 * g.key_dim + 2 * g.value_dim) * m.dtype_bytes
+        per_token += (states + g.conv_dim * FP32 + proj) // tp
     if m.moe is not None:
-        fused = m.moe.experts_per_token * (2 * m.moe.expert_intermediate_size + m.hidden_size)
-        widths.append(fused + 2 * m.moe.shared_expert_intermediate_size)
-    per_rank = max(widths) // tp + gdn_state // tp
-    return m.dtype_bytes * (ACTIVATION_COPIES * m.hidden_size + per_rank)
+        fused = m.moe.experts_per_token * 2 * m.moe.expert_intermediate_size * m.dtype_bytes
+        per_token += fused // tp
+    return per_token
 
 
 def activation_peak_bytes(m: ModelSpec, s: Settings) -> int:
     tokens = s.max_num_batched_tokens
     sampler = s.max_num_seqs * (1 + s.mtp) * m.vocab_size * 4 * SAMPLER_COPIES // s.tp
-    return tokens * activation_bytes_per_token(m, s.tp) + sampler
+    drafter = MTP_ACTIVATION_BYTES if s.mtp else 0
+    return tokens * activation_bytes_per_token(m, s.tp) + sampler + drafter
 
 
 def ple_page_cache_bytes(profile: ModelProfile, s: Settings) -> int:
@@ -106,8 +119,8 @@ def fixed_components(profile: ModelProfile, s: Settings) -> Components:
     on_gpu = s.device == "cuda"
     sizes["activation_peak"] = activation_peak_bytes(m, s)
     notes["activation_peak"] = (
-        f"estimate: widest layer's live activations × "
-        f"{s.max_num_batched_tokens} batched tokens + sampler logits"
+        f"estimate (H200-calibrated): live activations × {s.max_num_batched_tokens} "
+        "batched tokens + sampler logits (+ MTP drafter)"
     )
     decode_tok = activation_bytes_per_token(m, s.tp)
     sizes["cudagraph_pool"] = (
@@ -119,8 +132,8 @@ def fixed_components(profile: ModelProfile, s: Settings) -> Components:
         f"estimate: {len(s.capture_sizes)} graphs ({s.cudagraph_mode}), "
         "largest graph's activations + a fixed cost per graph"
     )
-    sizes["runtime"] = (CUDA_CONTEXT_BYTES + (NCCL_BYTES if s.tp > 1 else 0)) if on_gpu else 0
-    notes["runtime"] = "estimate: CUDA context and library workspaces (+ NCCL with TP)"
+    sizes["runtime"] = (CUDA_RUNTIME_BYTES + (NCCL_BYTES if s.tp > 1 else 0)) if on_gpu else 0
+    notes["runtime"] = "measured on H200 (1.16–1.52 GiB): CUDA context, workspaces (+ NCCL)"
     sizes["system_reserve"] = system_reserve_bytes(profile, s)
     notes["system_reserve"] = "OS, container and driver share of unified memory"
     return Components({k: v for k, v in sizes.items() if v}, notes)

@@ -8,10 +8,9 @@ MiB = 1024**2
 # vllm/config/vllm.py `_set_cudagraph_sizes`: default ceiling of captured tokens.
 DEFAULT_MAX_GRAPH_SIZE = 512
 DEFAULT_MAX_GRAPH_SIZE_SM100 = 1024
-# Estimate: fixed cost per captured graph (kernel params, small buffers) and the
-# share of one decode token's activation a graph keeps in the pool.  Rough; the
-# GPU calibration (docs/) replaces it with measured values.
-GRAPH_FIXED_BYTES = 2 * MiB
+# Per captured graph, fitted to the H200 runs (docs/gpu-calibration.md).
+FULL_GRAPH_BYTES = 20 * MiB
+PIECEWISE_GRAPH_BYTES = 5 * MiB
 
 
 def seeds_capture_sizes(mtp_k: int, max_num_seqs: int) -> tuple[int, ...]:
@@ -74,17 +73,15 @@ def check_capture_sizes(sizes: tuple[int, ...]) -> tuple[int, ...]:
 def graph_pool_bytes(
     capture_sizes: tuple[int, ...], mode: str, decode_bytes_per_token: int, num_layers: int
 ) -> int:
-    """Estimate of the CUDA-graph memory pool.
+    """Estimate of what vLLM's graph-memory profiling subtracts before sizing KV.
 
-    Graphs share one pool, so the pool is bounded by the largest graph's
-    activations plus a fixed cost per graph; piecewise graphs are captured per
-    layer-piece, so their fixed cost scales with the layer count.
+    H200, vLLM 0.24: four FULL graphs were estimated at 0.06–0.10 GiB and took
+    0.06–0.11 GiB; with FULL_AND_PIECEWISE the piecewise graphs add a little per
+    size.  Graphs share one pool, so only the largest graph's activations count.
     """
     if mode == "NONE" or not capture_sizes:
         return 0
-    per_graph = GRAPH_FIXED_BYTES
-    pieces = 1
-    if mode in ("PIECEWISE", "FULL_AND_PIECEWISE"):
-        pieces = num_layers + 1 if mode == "PIECEWISE" else num_layers + 2
+    full = len(capture_sizes) if mode.startswith("FULL") else 0
+    piecewise = len(capture_sizes) if "PIECEWISE" in mode else 0
     largest = max(capture_sizes) * decode_bytes_per_token
-    return len(capture_sizes) * per_graph * pieces // 4 + largest
+    return full * FULL_GRAPH_BYTES + piecewise * PIECEWISE_GRAPH_BYTES + largest

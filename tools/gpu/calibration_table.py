@@ -1,0 +1,156 @@
+"""Planned vs observed, per term, for the recorded H200 runs (docs/gpu-calibration.md).
+
+python -m tools.gpu.calibration_table            # print the Markdown table
+python -m tools.gpu.calibration_table --write    # rewrite it in the doc
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from budget.kv import kv_capacity, kv_layout
+from budget.options import PlanOptions
+from budget.plan import Plan, build_plan, kv_model, kv_settings
+from entrypoint.logscan import LogWatcher, Observed
+from tools.gpu.make_models import write_models
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "budget" / "fixtures" / "gpu_h200"
+DOC = ROOT / "docs" / "gpu-calibration.md"
+GiB = 1024**3
+FDO = "FULL_DECODE_ONLY"
+SEEDS: dict[str, Any] = {"max_num_seqs": 4, "max_num_batched_tokens": 2048}
+# tag → (model, plan options); the runs of tools/gpu/calibrate.sh, one factor at a time.
+RUNS: dict[str, tuple[str, dict[str, Any]]] = {
+    "dense_seeds": ("dense", {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (1, 2, 3, 4)}),
+    "dense_chunk8192": (
+        "dense",
+        {
+            "cudagraph_mode": FDO,
+            "cudagraph_capture_sizes": (1, 2, 3, 4),
+            "max_num_batched_tokens": 8192,
+        },
+    ),
+    "dense_vllm_default_graphs": ("dense", {}),
+    "moe_seeds": ("moe", {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (1, 2, 3, 4)}),
+    "hybrid_seeds_nomtp": (
+        "hybrid",
+        {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (1, 2, 3, 4)},
+    ),
+    "hybrid_mtp3": (
+        "hybrid",
+        {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (4, 8, 12, 16), "mtp": 3},
+    ),
+}
+ESTIMATED_GRAPHS = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
+PREFIX_CACHING = re.compile(r"enable_prefix_caching=(True|False)")
+
+
+@dataclass(frozen=True)
+class Run:
+    tag: str
+    plan: Plan
+    observed: Observed
+    log: str
+
+    @property
+    def planned_weights(self) -> int:
+        return sum(
+            v
+            for k, v in self.plan.components.items()
+            if k.startswith("weights.") or k == "mtp_module"
+        )
+
+    @property
+    def graph_estimate_gib(self) -> float | None:
+        match = ESTIMATED_GRAPHS.search(self.log)
+        return float(match[1]) if match else None
+
+
+def vllm024_capacity_blocks(run: Run) -> tuple[int, int, list[int]]:
+    """Block size and bytes per block under vLLM 0.24's rules (no lcm-64 GDN alignment;
+    prefix caching as the engine logged it — 0.24 turns it off for hybrids by default),
+    and the num_blocks values consistent with the logged token count."""
+    caching = PREFIX_CACHING.search(run.log)
+    s = replace(
+        kv_settings(run.plan.settings),
+        flashinfer_gdn_align=False,
+        prefix_caching=caching is None or caching[1] == "True",
+    )
+    layout = kv_layout(kv_model(run.plan.model, run.plan.settings.mtp), s)
+    tokens = run.observed.kv_cache_tokens
+    assert tokens is not None
+    start = tokens * layout.blocks_per_request // run.plan.settings.max_model_len
+    candidates = [
+        n
+        for n in range(max(1, start - 2), start + 3)
+        if kv_capacity(
+            layout, n * layout.bytes_per_block, run.plan.settings.max_model_len
+        ).kv_cache_tokens
+        == tokens
+    ]
+    return layout.block_size, layout.bytes_per_block, candidates
+
+
+def load_runs() -> list[Run]:
+    with tempfile.TemporaryDirectory() as tmp:
+        models = {p.name: p for p in write_models(Path(tmp))}
+        runs = []
+        for tag, (model, extra) in RUNS.items():
+            options = {**SEEDS, **extra}
+            plan = build_plan(PlanOptions(model=str(models[model]), hardware="h200", **options))
+            log = (FIXTURES / f"{tag}.log").read_text()
+            watcher = LogWatcher()
+            for line in log.splitlines():
+                watcher.feed(line)
+            runs.append(Run(tag, plan, watcher.snapshot(), log))
+    return runs
+
+
+def _row(run: Run) -> str:
+    p, o = run.plan, run.observed
+    assert o.kv_cache_bytes and o.weights_bytes and o.kv_cache_tokens
+    graphs = p.components.get("cudagraph_pool", 0) / GiB
+    est = run.graph_estimate_gib
+    took = (o.cudagraph_bytes or 0) / GiB
+    block, _, _ = vllm024_capacity_blocks(run)
+    return (
+        f"| {run.tag} | {run.planned_weights / GiB:.2f} / {o.weights_bytes / GiB:.2f} "
+        f"| {p.components.get('activation_peak', 0) / GiB:.2f} "
+        f"| {p.components.get('runtime', 0) / GiB:.2f} "
+        f"| {graphs:.2f} / {'—' if est is None else f'{est:.2f}'} / {took:.2f} "
+        f"| {p.kv_cache_bytes / GiB:.2f} / {o.kv_cache_bytes / GiB:.2f} "
+        f"({p.kv_cache_bytes / o.kv_cache_bytes - 1:+.1%}) "
+        f"| {block} | {o.kv_cache_tokens:,} | {o.max_concurrency:.2f}x |"
+    )
+
+
+def table() -> str:
+    head = (
+        "| run | weights GiB planned / observed | activation GiB (est.) | runtime GiB "
+        "(est.) | graph pool GiB planned / vLLM est. / actual | KV GiB planned / "
+        "observed | block (0.24 rules) | KV tokens observed | max concurrency |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    )
+    return "\n".join([head, *(_row(run) for run in load_runs())])
+
+
+def main(argv: list[str]) -> int:
+    text = table()
+    if "--write" not in argv:
+        print(text)
+        return 0
+    doc = DOC.read_text()
+    begin, end = "<!-- BEGIN table -->\n", "<!-- END table -->"
+    head, rest = doc.split(begin)
+    DOC.write_text(head + begin + text + "\n" + end + rest.split(end, 1)[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
