@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 from pathlib import Path
 
 from budget.plan import Plan
@@ -108,9 +109,21 @@ def check_gpu(plan: Plan, machine: Machine) -> None:
         )
 
 
+def check_port_free(host: str, port: int, variable: str) -> None:
+    """Fail before launch, not after a minute of vLLM start-up, when the port is taken."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise PreflightError(
+                f"{variable}={port}: cannot listen on {host}:{port}: {exc.strerror}"
+            ) from None
+
+
 def run_checks(config: EntrypointConfig, plan: Plan, machine: Machine, console: Console) -> None:
     """Everything but the model-dir check (done before planning) and the vLLM flag check."""
     check_weights(config, plan)
     check_fits(plan, config.force, console)
     check_host_memory(plan, machine.host, config.force, console)
     check_gpu(plan, machine)
+    check_port_free(config.host, config.port, "SPARKSERVE_PORT")

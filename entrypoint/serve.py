@@ -13,7 +13,7 @@ from budget.render import render_table
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
 from entrypoint.control import ControlServer
-from entrypoint.errors import EXIT_DOES_NOT_FIT
+from entrypoint.errors import EXIT_DOES_NOT_FIT, PreflightError
 from entrypoint.hardware import Machine, detect, host_memory
 from entrypoint.logscan import LogWatcher
 from entrypoint.metrics import build_registry
@@ -104,7 +104,12 @@ def _supervise(
         read_gpus=lambda: read_gpus(nvml),
         read_host=host_memory,
     )
-    control = ControlServer(CONTROL_HOST, config.control_port, lifecycle, registry)
+    try:
+        control = ControlServer(CONTROL_HOST, config.control_port, lifecycle, registry)
+    except OSError as exc:
+        raise PreflightError(
+            f"SPARKSERVE_CONTROL_PORT={config.control_port}: cannot listen: {exc.strerror}"
+        ) from None
     control.start()
     console.say(f"control endpoint on :{control.port} (/ready, /metrics)")
     try:

@@ -93,7 +93,10 @@ class Supervisor:
         ctx = self.ctx
         ctx.signals.check()
         ctx.console.say(f"launching vLLM: {ctx.launch.shown()}")
-        child = VLLMChild(ctx.launch, ctx.console, ctx.watcher, ctx.environ)
+        try:
+            child = VLLMChild(ctx.launch, ctx.console, ctx.watcher, ctx.environ)
+        except OSError as exc:
+            raise VLLMFailedError(f"could not start vLLM ({ctx.launch.argv[0]}): {exc}") from None
         ctx.console.say(f"vLLM pid {child.pid} (own process group)")
         try:
             self._start(child)

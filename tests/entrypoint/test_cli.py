@@ -8,10 +8,12 @@ import pytest
 
 from entrypoint.cli import build_parser
 from entrypoint.config import OPTIONS
+from tests.vllm_proc import free_port
 
 
 def run_entrypoint(*args, **env):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKSERVE_")}
+    full_env.update(SPARKSERVE_PORT=str(free_port()), SPARKSERVE_CONTROL_PORT=str(free_port()))
     full_env.update(env)
     return subprocess.run(
         [sys.executable, "-m", "entrypoint", *args],

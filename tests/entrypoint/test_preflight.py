@@ -86,3 +86,16 @@ def test_unknown_flags_are_listed():
     assert unknown_flags(["--model", "x", "--bogus=1", "--port", "8"], {"--model", "--port"}) == [
         "--bogus"
     ]
+
+
+def test_a_taken_port_is_refused_before_launch():
+    import socket
+
+    from entrypoint.preflight import check_port_free
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(PreflightError, match=f"SPARKSERVE_PORT={port}: cannot listen"):
+            check_port_free("127.0.0.1", port, "SPARKSERVE_PORT")
