@@ -120,25 +120,43 @@ def _candidates(s: Settings) -> list[tuple[str, Settings]]:
 
 
 def _scale_out(profile: ModelProfile, s: Settings) -> list[str]:
-    """The smallest TP, and the hardware profiles, on which the plan fits."""
-    from budget.profiles import load_hardware
-
-    tips: list[str] = []
-    for tp in (2, 4, 8):
-        if tp > s.tp and s.device == "cuda" and _replan(profile, replace(s, tp=tp)).fits:
-            tips.append(f"--tp {tp}: fits on {tp} × {s.hardware.name} (per-rank memory)")
-            break
+    """More GPUs (TP in one box, or more nodes for UMA / multi-node setups), and the
+    hardware profiles on which the plan fits as configured."""
+    if s.device != "cuda":
+        return []
+    more = _more_gpus(profile, s)
+    tips = [more] if more else []
     fitting = [
         name
         for name in _hardware_profiles()
-        if name != s.hardware.name
-        and s.device == "cuda"
-        and _replan(profile, replace(s, hardware=load_hardware(name))).fits
+        if name != s.hardware.name and _replan(profile, _on_hardware(s, name)).fits
     ]
     if fitting:
         others = f" (also: {', '.join(fitting[1:])})" if len(fitting) > 1 else ""
         tips.append(f"--hardware {fitting[0]}: fits as configured{others}")
     return tips
+
+
+def _on_hardware(s: Settings, name: str) -> Settings:
+    from budget.profiles import load_hardware
+
+    hw = load_hardware(name)
+    ranks = s.tp * s.pp
+    nodes = max(1, ranks // hw.gpus) if s.nodes > 1 or hw.nodes > 1 else 1
+    return replace(s, hardware=hw, nodes=nodes, tp=ranks // s.pp if nodes > 1 else s.tp)
+
+
+def _more_gpus(profile: ModelProfile, s: Settings) -> str | None:
+    if s.nodes > 1 or s.hardware.uma:
+        for nodes in (2, 4, 8):
+            ranks = nodes * s.hardware.gpus
+            if nodes > s.nodes and _replan(profile, replace(s, nodes=nodes, tp=ranks, pp=1)).fits:
+                return f"--nodes {nodes}: fits on {nodes} × {s.hardware.name} (TP {ranks}, Ray)"
+        return None
+    for tp in (2, 4, 8):
+        if tp > s.tp and _replan(profile, replace(s, tp=tp)).fits:
+            return f"--tp {tp}: fits on {tp} × {s.hardware.name} (per-rank memory)"
+    return None
 
 
 def _hardware_profiles() -> list[str]:

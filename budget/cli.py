@@ -45,6 +45,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--hardware", metavar="NAME", help=f"one of {', '.join(hardware_names())}")
     p.add_argument("--tp", type=int, help="tensor-parallel size")
+    p.add_argument("--pp", type=int, help="pipeline-parallel size (stages across nodes)")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="machines joined by vLLM's Ray executor (default: the hardware's)",
+    )
     p.add_argument("--max-model-len", type=int, help="context length per request")
     p.add_argument("--max-num-seqs", type=int, help="concurrent sequences")
     p.add_argument("--max-num-batched-tokens", type=int, help="prefill chunk (tokens per step)")
@@ -122,6 +129,8 @@ def options_from_args(args: argparse.Namespace) -> PlanOptions:
         model=args.model,
         hardware=args.hardware,
         tp=args.tp,
+        pp=args.pp,
+        nodes=args.nodes,
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,

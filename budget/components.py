@@ -26,6 +26,9 @@ CUDA_RUNTIME_BYTES = 1331 * MiB  # 1.3 GiB
 NCCL_BYTES = 256 * MiB  # NCCL buffers per rank with TP > 1 (not calibrated)
 # MTP on the hybrid added 0.22 GiB beyond the graph estimate (drafter activations).
 MTP_ACTIVATION_BYTES = 205 * MiB
+# Ray on each node of a multi-node plan: raylet + GCS processes and the object
+# store's floor; on UMA it competes for the same memory (assumed, not calibrated).
+RAY_NODE_BYTES = 1024 * MiB
 GDN_CHUNK = 64  # chunked GDN prefill keeps one fp32 state per 64-token chunk
 FP32 = 4
 # Per prefill token: the dense model's chunk slope measured 17 KB/token (2048 →
@@ -42,7 +45,13 @@ class Components:
 
 
 def weight_components(m: ModelSpec, s: Settings) -> dict[str, int]:
+    """Per rank; with PP the last stage (decoder layers / pp + lm_head + MTP), the largest."""
     params = main_model_params(m)
+    if s.pp > 1:
+        params = {
+            k: (v if k == "lm_head" else 0 if k == "embeddings" else -(-v // s.pp))
+            for k, v in params.items()
+        }
     out: dict[str, int] = {}
     for comp, count in params.items():
         if count:
@@ -132,8 +141,12 @@ def fixed_components(profile: ModelProfile, s: Settings) -> Components:
         f"estimate: {len(s.capture_sizes)} graphs ({s.cudagraph_mode}), "
         "largest graph's activations + a fixed cost per graph"
     )
-    sizes["runtime"] = (CUDA_RUNTIME_BYTES + (NCCL_BYTES if s.tp > 1 else 0)) if on_gpu else 0
+    sizes["runtime"] = (
+        (CUDA_RUNTIME_BYTES + (NCCL_BYTES if s.tp * s.pp > 1 else 0)) if on_gpu else 0
+    )
     notes["runtime"] = "measured on H200 (1.16–1.52 GiB): CUDA context, workspaces (+ NCCL)"
+    sizes["ray"] = RAY_NODE_BYTES if s.nodes > 1 else 0
+    notes["ray"] = "assumed: Ray raylet, GCS and object-store floor on each node"
     sizes["system_reserve"] = system_reserve_bytes(profile, s)
     notes["system_reserve"] = "OS, container and driver share of unified memory"
     return Components({k: v for k, v in sizes.items() if v}, notes)

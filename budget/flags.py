@@ -18,6 +18,10 @@ def vllm_args(plan: Plan) -> list[str]:
         args += ["--served-model-name", s.served_model_name]
     if s.tp > 1:
         args += ["--tensor-parallel-size", str(s.tp)]
+    if s.pp > 1:
+        args += ["--pipeline-parallel-size", str(s.pp)]
+    if s.nodes > 1:
+        args += ["--distributed-executor-backend", "ray"]
     args += [
         "--max-model-len",
         str(s.max_model_len),
@@ -62,6 +66,8 @@ def env_lines(plan: Plan, model: str) -> list[str]:
         "HARDWARE": s.hardware.name,
         "DEVICE": s.device,
         "TP": s.tp,
+        "PP": s.pp,
+        "NODES": s.nodes,
         "MAX_MODEL_LEN": s.max_model_len,
         "MAX_NUM_SEQS": s.max_num_seqs,
         "MAX_NUM_BATCHED_TOKENS": s.max_num_batched_tokens,

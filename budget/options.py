@@ -19,6 +19,8 @@ class PlanOptions:
     model: str = DEFAULT_MODEL  # profile name or a directory holding config.json
     hardware: str | None = None
     tp: int | None = None
+    pp: int | None = None  # pipeline-parallel size (stages across nodes)
+    nodes: int | None = None  # machines joined by vLLM's Ray executor
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None

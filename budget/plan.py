@@ -21,7 +21,7 @@ from budget.model import ModelSpec
 from budget.options import PlanOptions
 from budget.profiles import ModelProfile, load_model
 from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings, resolve
-from budget.speed import SpeedEstimate, estimate_speed
+from budget.speed import SpeedEstimate, comm_seconds, estimate_speed
 from budget.weights import FORMAT_BYTES_PER_PARAM
 
 KV_BYTES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -53,6 +53,7 @@ class Plan:
     speed: SpeedEstimate
     warnings: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
+    parallelism: list[str] = field(default_factory=list)  # which split and why
 
     @property
     def total_bytes(self) -> int:
@@ -131,15 +132,22 @@ class Plan:
                 "log_lines": list(self.layout.log_lines),
             },
             "speed_estimate": self.speed.to_dict(),
+            "parallelism": {
+                "tp": s.tp,
+                "pp": s.pp,
+                "nodes": s.nodes,
+                "why": list(self.parallelism),
+            },
             "assumed": list(self.model.assumed),
         }
 
 
-def kv_model(m: ModelSpec, mtp_k: int) -> KVModel:
+def kv_model(m: ModelSpec, mtp_k: int, pp: int = 1) -> KVModel:
+    """With PP, one stage's share of the layers (each rank sizes its own pool)."""
     g = m.gdn
     return KVModel(
-        num_attention_layers=m.num_full_attention_layers,
-        num_gdn_layers=m.num_gdn_layers,
+        num_attention_layers=-(-m.num_full_attention_layers // pp),
+        num_gdn_layers=-(-m.num_gdn_layers // pp),
         num_kv_heads=m.num_kv_heads,
         head_dim=m.head_dim,
         head_dim_v=m.head_dim,
@@ -208,13 +216,28 @@ def _speed(
         mtp_bytes=mtp_bytes,
         draft_rows=s.draft_vocab_rows,
         acceptance=acceptance,
+        comm_seconds_per_step=_comm(m, s),
+    )
+
+
+def _comm(m: ModelSpec, s: Settings) -> float:
+    hw = s.hardware
+    across_nodes = s.nodes > 1
+    return comm_seconds(
+        hidden=m.hidden_size,
+        layers=m.num_layers,
+        tokens=1 + s.mtp,
+        tp=s.tp,
+        pp=s.pp,
+        link_gbs=hw.node_link_gbs if across_nodes else hw.gpu_link_gbs,
+        link_latency_us=hw.node_link_latency_us if across_nodes else hw.gpu_link_latency_us,
     )
 
 
 def plan_for(profile: ModelProfile, s: Settings, acceptance: float = 0.7) -> Plan:
     """The plan for resolved settings (no suggestions)."""
     comps = fixed_components(profile, s)
-    layout = kv_layout(kv_model(profile.spec, s.mtp), kv_settings(s))
+    layout = kv_layout(kv_model(profile.spec, s.mtp, s.pp), kv_settings(s))
     usable = _usable(s, comps, s.gpu_memory_utilization)
     mode, util, kv_bytes = _kv_pool(s, comps, usable)
     capacity = kv_capacity(layout, kv_bytes, s.max_model_len)
@@ -254,9 +277,46 @@ def build_plan(options: PlanOptions) -> Plan:
     profile = load_model(options.model)
     settings = resolve(options, profile)
     plan = plan_for(profile, settings, options.mtp_acceptance)
+    if settings.nodes > 1 and options.tp is None and options.pp is None:
+        plan = choose_split(profile, settings, options.mtp_acceptance)
     if not plan.fits:
         plan.suggestions = suggestions_for(profile, settings, plan)
     return plan
+
+
+def _splits(profile: ModelProfile, s: Settings) -> list[tuple[int, int]]:
+    """(tp, pp) using every GPU, TP dividing the attention and KV heads."""
+    ranks = s.nodes * s.hardware.gpus
+    m = profile.spec
+    return [
+        (ranks // pp, pp)
+        for pp in range(1, ranks + 1)
+        if ranks % pp == 0 and m.num_attention_heads % (ranks // pp) == 0 and m.num_layers >= pp
+    ]
+
+
+def choose_split(profile: ModelProfile, s: Settings, acceptance: float) -> Plan:
+    """The split that fits with the fastest decode estimate (else the most headroom)."""
+    plans = [
+        plan_for(profile, replace(s, tp=tp, pp=pp), acceptance) for tp, pp in _splits(profile, s)
+    ]
+    fitting = [p for p in plans if p.fits]
+    if fitting:
+        best = max(fitting, key=lambda p: p.speed.decode_tokens_per_s)
+        why = "fits with the fastest decode estimate"
+    else:
+        best = max(plans, key=lambda p: p.headroom_bytes)
+        why = "no split fits; this one comes closest"
+    best.parallelism = [
+        f"chose TP {best.settings.tp} × PP {best.settings.pp} over {s.nodes} nodes: {why}"
+    ]
+    best.parallelism += [
+        f"TP {p.settings.tp} × PP {p.settings.pp}: {'fits' if p.fits else 'does not fit'}, "
+        f"headroom {p.headroom_bytes / 1024**3:.2f} GiB, decode ≈ "
+        f"{p.speed.decode_tokens_per_s:.1f} tok/s, {p.kv_cache_tokens:,} KV tokens"
+        for p in plans
+    ]
+    return best
 
 
 def min_kv_bytes(plan: Plan) -> int:

@@ -27,6 +27,12 @@ class Hardware:
     gpus: int = 1
     sm: str = ""
     os_reserve_fraction: float = 0.0
+    nodes: int = 1  # machines of this kind in the profile (a named multi-node setup)
+    # Link between GPUs of one node (PCIe / NVLink) and between nodes (NIC).
+    gpu_link_gbs: float = 64.0
+    gpu_link_latency_us: float = 10.0
+    node_link_gbs: float = 12.5
+    node_link_latency_us: float = 20.0
 
     @property
     def flashinfer_gdn_align(self) -> bool:
@@ -89,6 +95,11 @@ def load_hardware(name: str) -> Hardware:
         gpus=int(data.get("gpus", 1)),
         sm=str(data.get("sm", "")),
         os_reserve_fraction=float(data.get("os_reserve_fraction", 0.0)),
+        nodes=int(data.get("nodes", 1)),
+        gpu_link_gbs=float(data.get("gpu_link_gbs", 64.0)),
+        gpu_link_latency_us=float(data.get("gpu_link_latency_us", 10.0)),
+        node_link_gbs=float(data.get("node_link_gbs", 12.5)),
+        node_link_latency_us=float(data.get("node_link_latency_us", 20.0)),
     )
 
 

@@ -29,7 +29,8 @@ def _header(plan: Plan) -> list[str]:
     return [
         f"model     {plan.model_name} ({plan.model.architecture})",
         f"hardware  {hw.name}: {hw.description} — {hw.memory_bytes / GiB:.1f} GiB, {kind}",
-        f"serving   device {s.device}, TP {s.tp}, context {s.max_model_len:,}, "
+        f"serving   device {s.device}, TP {s.tp}, PP {s.pp}, nodes {s.nodes}, "
+        f"context {s.max_model_len:,}, "
         f"max seqs {s.max_num_seqs}, chunk {s.max_num_batched_tokens:,}, KV dtype "
         f"{s.kv_cache_dtype}, {mtp}, prefix caching {'on' if s.prefix_caching else 'off'}, "
         f"{graphs}",
@@ -82,6 +83,7 @@ def render_table(plan: Plan) -> str:
         else "DOES NOT FIT"
     )
     lines = [*_header(plan), *_component_rows(plan), *_kv_rows(plan), "", verdict]
+    lines += [f"  parallelism: {why}" for why in plan.parallelism]
     lines += [f"  → {tip}" for tip in plan.suggestions]
     lines += [f"warning: {w}" for w in plan.warnings]
     lines += ["", *command_lines(plan.vllm_args)]

@@ -25,6 +25,8 @@ class Settings:
     hardware: Hardware
     device: str
     tp: int
+    pp: int
+    nodes: int
     max_model_len: int
     max_num_seqs: int
     max_num_batched_tokens: int
@@ -137,13 +139,31 @@ def _graphs(
     return mode, vllm_default_capture_sizes(seqs, mtp, mnbt, hw.sm100_family)
 
 
+def _parallel(
+    opts: PlanOptions, serving: dict[str, object], hw: Hardware, device: str
+) -> tuple[int, int, int]:
+    """TP, PP and node count; with several nodes and no split given, all GPUs in TP
+    (build_plan then compares the other splits)."""
+    nodes = _positive("nodes", opts.nodes) or hw.nodes
+    pp = _positive("pp", opts.pp) or 1
+    tp = _positive("tp", opts.tp) or int(str(serving.get("tp", 1)))
+    if nodes > 1 and opts.tp is None:
+        tp = nodes * hw.gpus // pp
+    if device == "cpu" and tp * pp * nodes > 1:
+        raise BudgetError(f"tp={tp}, pp={pp}, nodes={nodes}; the CPU plan supports one rank only")
+    if nodes > 1 and tp * pp != nodes * hw.gpus:
+        raise BudgetError(
+            f"tp={tp} × pp={pp} = {tp * pp}; with nodes={nodes} every one of the "
+            f"{nodes * hw.gpus} GPUs must hold a rank (tp × pp = {nodes * hw.gpus})"
+        )
+    return tp, pp, nodes
+
+
 def resolve(opts: PlanOptions, profile: ModelProfile) -> Settings:
     s = profile.serving
     device = _choose("device", opts.device, DEVICES) or str(s.get("device", "cuda"))
     hw = _hardware(opts, profile, device)
-    tp = _positive("tp", opts.tp) or int(s.get("tp", 1))
-    if tp > 1 and device == "cpu":
-        raise BudgetError(f"tp={tp}; the CPU plan supports tp=1 only")
+    tp, pp, nodes = _parallel(opts, s, hw, device)
     mnbt_default, seqs_default = _batch_defaults(device, hw)
     max_len = _positive("max_model_len", opts.max_model_len) or int(
         s.get("max_model_len", profile.spec.max_position_embeddings)
@@ -181,6 +201,8 @@ def resolve(opts: PlanOptions, profile: ModelProfile) -> Settings:
         hardware=hw,
         device=device,
         tp=tp,
+        pp=pp,
+        nodes=nodes,
         max_model_len=max_len,
         max_num_seqs=seqs,
         max_num_batched_tokens=mnbt,

@@ -16,6 +16,7 @@ class SpeedEstimate:
     expected_tokens_per_step: float  # 1 + a + a² + … + a^K
     decode_tokens_per_s: float  # one stream
     prefill_tokens_per_s: float
+    comm_seconds_per_step: float = 0.0  # TP all-reduces and PP hand-offs on the links
 
     def to_dict(self) -> dict[str, float | int]:
         return dict(self.__dict__)
@@ -38,6 +39,7 @@ def estimate_speed(
     mtp_bytes: int,
     draft_rows: int,
     acceptance: float,
+    comm_seconds_per_step: float = 0.0,
 ) -> SpeedEstimate:
     active = active_params_per_token(m)
     step = int(active * weight_bytes_per_param / tp + kv_bytes_per_token * context)
@@ -46,7 +48,7 @@ def estimate_speed(
     mtp_round = mtp_k * (mtp_bytes + draft_head)
     saving = mtp_k * (lm_head_bytes - draft_head) if draft_rows else 0
     tokens = expected_tokens(acceptance, mtp_k)
-    seconds = (step + mtp_round) / (bandwidth_gbs * 1e9)
+    seconds = (step + mtp_round) / (bandwidth_gbs * 1e9) + comm_seconds_per_step
     prefill = tflops * 1e12 * tp / (2 * (active + m.vocab_size * m.hidden_size))
     return SpeedEstimate(
         decode_bytes_per_step=step,
@@ -55,4 +57,24 @@ def estimate_speed(
         expected_tokens_per_step=tokens,
         decode_tokens_per_s=tokens / seconds,
         prefill_tokens_per_s=prefill,
+        comm_seconds_per_step=comm_seconds_per_step,
     )
+
+
+def comm_seconds(
+    *,
+    hidden: int,
+    layers: int,
+    tokens: int,
+    tp: int,
+    pp: int,
+    link_gbs: float,
+    link_latency_us: float,
+) -> float:
+    """Per decode step: two ring all-reduces per layer with TP, one hand-off per stage
+    boundary with PP, each latency + bytes / link bandwidth (bf16 activations)."""
+    payload = hidden * 2 * tokens
+    latency = link_latency_us * 1e-6
+    all_reduce = latency + 2 * (tp - 1) / tp * payload / (link_gbs * 1e9) if tp > 1 else 0.0
+    hand_off = latency + payload / (link_gbs * 1e9)
+    return 2 * layers * all_reduce + (pp - 1) * hand_off

@@ -113,7 +113,7 @@ def test_utilization_predicts_pool_and_emits_fraction() -> None:
         (PlanOptions(gpu_memory_utilization=1.5), "gpu_memory_utilization=1.5"),
         (PlanOptions(block_size=20), "multiple of 16"),
         (PlanOptions(ple_hot_fraction=2.0), "between 0 and 1"),
-        (PlanOptions(device="cpu", tp=2), "tp=1 only"),
+        (PlanOptions(device="cpu", tp=2), "one rank only"),
     ],
 )
 def test_impossible_settings_are_clear_errors(options: PlanOptions, message: str) -> None:
