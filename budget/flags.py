@@ -66,8 +66,6 @@ def env_lines(plan: Plan, model: str) -> list[str]:
         "HARDWARE": s.hardware.name,
         "DEVICE": s.device,
         "TP": s.tp,
-        "PP": s.pp,
-        "NODES": s.nodes,
         "MAX_MODEL_LEN": s.max_model_len,
         "MAX_NUM_SEQS": s.max_num_seqs,
         "MAX_NUM_BATCHED_TOKENS": s.max_num_batched_tokens,
@@ -76,6 +74,8 @@ def env_lines(plan: Plan, model: str) -> list[str]:
         "CUDAGRAPH_MODE": s.cudagraph_mode,
         "PREFIX_CACHING": "on" if s.prefix_caching else "off",
     }
+    if s.nodes > 1:  # scale-out inputs (issue 4); absent on one node
+        values.update(PP=s.pp, NODES=s.nodes)
     if plan.kv_mode != "utilization":
         values["KV_CACHE_MEMORY_BYTES"] = plan.kv_cache_bytes
     if s.served_model_name:
