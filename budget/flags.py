@@ -55,7 +55,13 @@ def vllm_args(plan: Plan) -> list[str]:
 def _memory_args(plan: Plan) -> list[str]:
     if plan.kv_mode == "utilization":
         return ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
-    return ["--kv-cache-memory-bytes", str(plan.kv_cache_bytes)]
+    args = ["--kv-cache-memory-bytes", str(plan.kv_cache_bytes)]
+    start = plan.uma_start_utilization
+    if start is not None:
+        # vLLM still refuses to start unless free (MemAvailable on UMA) ≥ ceil(total × util)
+        # (v1/worker/utils.py request_memory), even with the pool fixed.
+        args += ["--gpu-memory-utilization", f"{start:.3f}"]
+    return args
 
 
 def env_lines(plan: Plan, model: str) -> list[str]:

@@ -54,6 +54,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
     parallelism: list[str] = field(default_factory=list)  # which split and why
+    _ple_traffic: dict[str, int] | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -85,6 +86,34 @@ class Plan:
 
     def env_lines(self) -> list[str]:
         return env_lines(self, self.model_dir or self.model_name)
+
+    @property
+    def mem_available_at_start_bytes(self) -> int | None:
+        """What MemAvailable should show vLLM at start on unified memory: the machine
+        less the OS/container reserve and the hot PLE pages (page cache)."""
+        s = self.settings
+        if not (s.hardware.uma and s.device == "cuda"):
+            return None
+        taken = (
+            self.components.get("system_reserve", 0)
+            + self.components.get("ple_page_cache", 0)
+            + self.components.get("ray", 0)
+        )
+        return s.hardware.memory_bytes - taken
+
+    @property
+    def uma_start_utilization(self) -> float | None:
+        """The largest --gpu-memory-utilization (3 decimals) whose request fits in the
+        predicted MemAvailable, so vLLM's start-up check passes on UMA."""
+        available = self.mem_available_at_start_bytes
+        if available is None or self.kv_mode != "chosen":
+            return None
+        return math.floor(1000 * available / self.settings.hardware.memory_bytes) / 1000
+
+    @property
+    def ple_traffic(self) -> dict[str, int] | None:
+        """Offloaded-embedding lookups and bytes per prefill chunk (seed: ≈16 rows/token)."""
+        return self._ple_traffic
 
     def to_dict(self) -> dict[str, Any]:
         s = self.settings
@@ -132,6 +161,8 @@ class Plan:
                 "log_lines": list(self.layout.log_lines),
             },
             "speed_estimate": self.speed.to_dict(),
+            "mem_available_at_start_bytes": self.mem_available_at_start_bytes,
+            "ple_traffic": self.ple_traffic,
             "parallelism": {
                 "tp": s.tp,
                 "pp": s.pp,
@@ -260,8 +291,20 @@ def plan_for(profile: ModelProfile, s: Settings, acceptance: float = 0.7) -> Pla
         usable_bytes=usable,
         speed=_speed((profile, s, layout, comps.bytes.get("mtp_module", 0)), acceptance),
     )
+    plan._ple_traffic = _ple_traffic(profile, s)
     plan.warnings = _warnings(plan)
     return plan
+
+
+def _ple_traffic(profile: ModelProfile, s: Settings) -> dict[str, int] | None:
+    ple = profile.ple
+    if not ple:
+        return None
+    rows = s.max_num_batched_tokens * int(ple.get("rows_per_token", 16))
+    row_bytes = int(
+        profile.spec.hidden_size * FORMAT_BYTES_PER_PARAM[str(ple.get("format", "bf16"))]
+    )
+    return {"lookups_per_chunk": rows, "bytes_per_chunk": rows * row_bytes, "row_bytes": row_bytes}
 
 
 def _warnings(plan: Plan) -> list[str]:

@@ -65,6 +65,21 @@ def _kv_rows(plan: Plan) -> list[str]:
         f"vLLM will log: {line}",
     ]
     rows += [f"vLLM will log: {extra}" for extra in plan.layout.log_lines]
+    if plan.mem_available_at_start_bytes is not None:
+        rows.append(
+            f"start     vLLM will see MemAvailable ≈ "
+            f"{plan.mem_available_at_start_bytes / GiB:.2f} GiB; it requires "
+            f"ceil(total × utilization), hence --gpu-memory-utilization "
+            f"{plan.uma_start_utilization} (if start fails: sync; echo 3 > "
+            "/proc/sys/vm/drop_caches)"
+        )
+    if plan.ple_traffic:
+        t = plan.ple_traffic
+        rows.append(
+            f"PLE       {t['lookups_per_chunk']:,} row lookups per "
+            f"{s.max_num_batched_tokens:,}-token chunk ≈ {t['bytes_per_chunk'] / 2**20:.0f} MiB "
+            "from the memory-mapped table (NVMe when cold)"
+        )
     sp = plan.speed
     rows.append(
         f"speed     ESTIMATE (roofline): decode ≈ {sp.decode_tokens_per_s:.1f} tok/s "

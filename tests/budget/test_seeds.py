@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from budget.graphs import seeds_capture_sizes
@@ -55,3 +57,18 @@ def test_bigger_chunk_shrinks_kv_about_as_measured(default_plan) -> None:  # typ
     drop = 1 - big.kv_cache_tokens / default_plan.kv_cache_tokens
     assert big.components["activation_peak"] > default_plan.components["activation_peak"]
     assert abs(drop - seed_drop) < 0.015
+
+
+def test_uma_start_check_passes_with_emitted_fraction(default_plan) -> None:  # type: ignore[no-untyped-def]
+    """vLLM refuses to start unless MemAvailable ≥ ceil(total × utilization), even with
+    --kv-cache-memory-bytes; on a Spark the default 0.92 would ask for more than is free."""
+    args = default_plan.vllm_args
+    util = float(args[args.index("--gpu-memory-utilization") + 1])
+    total = default_plan.settings.hardware.memory_bytes
+    available = default_plan.mem_available_at_start_bytes
+    assert math.ceil(total * util) <= available < math.ceil(total * 0.92)
+
+
+def test_ple_lookups_per_chunk_match_seed(default_plan) -> None:  # type: ignore[no-untyped-def]
+    # Seed 000: a 2,048-token chunk triggers ≈ 32,768 PLE row lookups.
+    assert default_plan.ple_traffic["lookups_per_chunk"] == 32_768
