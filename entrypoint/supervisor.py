@@ -182,6 +182,8 @@ class Supervisor:
             self.ctx.signals.wait(1.0)  # let a dying vLLM be seen as dead
             self.check(child)
             raise VLLMFailedError(f"vLLM stopped answering during warm-up: {exc}") from None
+        except (ValueError, KeyError, TypeError) as exc:  # an answer of unexpected shape
+            raise VLLMFailedError(f"warm-up failed: {type(exc).__name__}: {exc}") from None
 
     def _watch(self, child: VLLMChild) -> NoReturn:
         last_health = time.monotonic()
