@@ -15,10 +15,11 @@ STARTUP_TIMEOUT_S = 10.0
 
 
 @contextmanager
-def serve(app: Any) -> Iterator[str]:
+def serve(app: Any, port: int = 0) -> Iterator[str]:
     """Yield the base URL of `app` served on 127.0.0.1; stop the server afterwards."""
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         app, log_level="warning", lifespan="on", ws="none", http="httptools", loop="asyncio"

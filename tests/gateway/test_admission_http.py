@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 
@@ -112,3 +113,23 @@ def test_thermal_guard_and_readyz_follow_the_control_endpoint(
             assert _wait_for(registry, 4)
             control.celsius = 70
             assert _wait_for(registry, 8)
+
+
+def test_upstream_down_is_503_then_recovers(
+    make_settings: MakeSettings, registry: CollectorRegistry
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = make_settings(f"http://127.0.0.1:{port}", retry_after_seconds=5)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    with serve(create_app(settings, registry=registry)) as url:
+        down = httpx.post(f"{url}/v1/chat/completions", json=body, headers=auth())
+        assert down.status_code == 503 and down.headers["retry-after"] == "5"
+        assert down.json()["error"]["code"] == "upstream_unavailable"
+        assert httpx.get(f"{url}/readyz").status_code == 503
+        with serve(FakeVLLM().app(), port=port):
+            up = httpx.post(f"{url}/v1/chat/completions", json=body, headers=auth())
+            assert up.status_code == 200
+            assert httpx.get(f"{url}/readyz").status_code == 200
+    assert registry.get_sample_value("gateway_upstream_errors_total", {"kind": "connect"}) == 1
