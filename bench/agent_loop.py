@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,7 +22,7 @@ from bench.records import RequestRecord
 from bench.scale import Scale
 from bench.stats import ratio
 from bench.text import rng_for, words
-from bench.workloads import Context, Messages
+from bench.workloads import FIT_AIM, FIT_ROUNDS, TEMPLATE_MARGIN_TOKENS, Context, Messages
 
 NAME = "agent-loop"
 TOOL_NAMES = ("read_file", "search_code", "run_tests", "list_dir", "apply_patch", "git_diff")
@@ -134,10 +135,34 @@ async def run_target(ctx: Context, client: ChatClient) -> list[RequestRecord]:
     ]
 
 
+def shrunk(scale: Scale, factor: float) -> Scale:
+    """The agent-loop sizes times `factor` (turns and file count kept)."""
+    return replace(
+        scale,
+        agent_rules_words=max(1, int(scale.agent_rules_words * factor)),
+        agent_file_words=max(1, int(scale.agent_file_words * factor)),
+        agent_tool_result_words=max(1, int(scale.agent_tool_result_words * factor)),
+    )
+
+
+async def fitted_scale(ctx: Context) -> Scale:
+    """The scale whose last turn fits max_model_len (sizes shrunk when it does not)."""
+    limit = ctx.max_model_len - ctx.scale.agent_max_tokens - TEMPLATE_MARGIN_TOKENS
+    scale = ctx.scale
+    for _ in range(FIT_ROUNDS):
+        last = request_for(scale, ctx.seed, scale.agent_turns - 1)
+        count = await ctx.tokens(last.messages, last.tools)
+        if count is None or count <= limit:
+            return scale
+        scale = shrunk(scale, FIT_AIM * limit / count)
+    return scale
+
+
 async def run(ctx: Context) -> list[RequestRecord]:
+    fitted = replace(ctx, scale=await fitted_scale(ctx))
     records: list[RequestRecord] = []
     for client in ctx.clients:
-        records += await run_target(ctx, client)
+        records += await run_target(fitted, client)
     return records
 
 

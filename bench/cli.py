@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ EXIT_REQUEST_ERRORS = 1
 EXIT_BAD_INPUT = 2
 
 
-def _workloads(text: str) -> tuple[str, ...]:
+def parse_workloads(text: str) -> tuple[str, ...]:
     from bench.runner import DEFAULT_SUITE, check_workloads
 
     if text == "all":
@@ -38,7 +39,7 @@ def _load_plan(path: str | None) -> dict[str, Any] | None:
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="served model name the requests use")
+    p.add_argument("--model", help="served model name (default: the first of /v1/models)")
     p.add_argument(
         "--workload",
         default="all",
@@ -55,8 +56,16 @@ def add_run(sub: Any) -> None:
     p.add_argument("--url", required=True, help="vLLM base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--gateway-url", help="gateway base URL: agent loop runs through both")
     add_common(p)
-    p.add_argument("--api-key", help="bearer key for --url")
-    p.add_argument("--gateway-api-key", help="bearer key for --gateway-url")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("BENCH_API_KEY"),
+        help="bearer key for --url [BENCH_API_KEY]",
+    )
+    p.add_argument(
+        "--gateway-api-key",
+        default=os.environ.get("BENCH_GATEWAY_API_KEY"),
+        help="bearer key for --gateway-url [BENCH_GATEWAY_API_KEY]",
+    )
     p.add_argument("--metrics-url", help="vLLM /metrics (default: URL/metrics)")
     p.add_argument("--max-model-len", type=int, help="when /v1/models does not say")
     p.add_argument("--plan", help="budget plan JSON (python -m budget plan --json) for conditions")
@@ -92,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = RunOptions(
         url=args.url,
         model=args.model,
-        workloads=_workloads(args.workload),
+        workloads=parse_workloads(args.workload),
         scale=get_scale(args.scale),
         seed=args.seed,
         run_dir=RunDir(args.out),

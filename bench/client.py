@@ -49,13 +49,16 @@ class ChatRequest:
             "max_tokens": self.max_tokens,
             "temperature": 0.0,
             "stream": True,
-            "stream_options": {"include_usage": True},
+            # Usage on every chunk: tokens per chunk, even those without text.
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
             # vLLM extensions: fixed output length, a run-private prefix cache.
             "ignore_eos": True,
             "min_tokens": self.max_tokens,
         }
         if self.tools:
+            # The schemas are part of the prompt; no tool parser is needed on the server.
             body["tools"] = list(self.tools)
+            body["tool_choice"] = "none"
         if cache_salt:
             body["cache_salt"] = cache_salt
         return body
@@ -65,6 +68,7 @@ class ChatRequest:
 class _Stream:
     chunk_times: list[float] = field(default_factory=list)
     usage: dict[str, Any] = field(default_factory=dict)
+    generated: int = 0
 
 
 class Clock:
@@ -77,7 +81,7 @@ class Clock:
         return time.perf_counter() - self._t0
 
 
-def _has_output(event: Mapping[str, Any]) -> bool:
+def _has_text(event: Mapping[str, Any]) -> bool:
     for choice in event.get("choices") or ():
         delta = choice.get("delta") or {}
         if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
@@ -85,20 +89,39 @@ def _has_output(event: Mapping[str, Any]) -> bool:
     return False
 
 
+def _carries_tokens(event: Mapping[str, Any], stream: _Stream) -> bool:
+    """True when `event` delivered output tokens.
+
+    With `continuous_usage_stats` (vLLM) every chunk says how many tokens were
+    generated so far: a chunk carries output iff that number grew, which counts
+    tokens that decode to no text and excludes the role-only first chunk.  Other
+    servers: a chunk carries output iff it has text.
+    """
+    if not event.get("choices"):
+        return False
+    usage = event.get("usage") or {}
+    generated = usage.get("completion_tokens")
+    if generated is None:
+        return _has_text(event)
+    grew = int(generated) > stream.generated
+    stream.generated = max(stream.generated, int(generated))
+    return grew
+
+
 def _consume(line: str, stream: _Stream, now: float) -> bool:
-    """Record one SSE line; True when it carried output text."""
+    """Record one SSE line; True when it carried output tokens."""
     if not line.startswith(SSE_DATA):
         return False
     payload = line[len(SSE_DATA) :].strip()
     if not payload or payload == "[DONE]":
         return False
     event = json.loads(payload)
+    output = _carries_tokens(event, stream)
     if event.get("usage"):
         stream.usage = event["usage"]
-    if _has_output(event):
+    if output:
         stream.chunk_times.append(now)
-        return True
-    return False
+    return output
 
 
 def _cached(usage: Mapping[str, Any]) -> int | None:

@@ -1,6 +1,6 @@
 """vLLM's own counters: parse Prometheus text, subtract two scrapes, derive rates.
 
-A `Snapshot` maps `name{label="v",…}` (labels `model_name` and `engine` folded
+A `Snapshot` maps each vLLM series `name{label="v",…}` (labels `model_name` and `engine` folded
 away, i.e. summed over engines) to the value of every counter sample and every
 histogram `_sum`/`_count`.  Deltas over a run are what the report shows next to
 the client-side numbers (DESIGN §3 Metrics).
@@ -14,6 +14,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+VLLM_PREFIX = "vllm:"
 FOLDED_LABELS = frozenset({"model_name", "engine"})
 COUNTER_SUFFIXES = ("_total", "_sum", "_count")
 INFO_METRIC = "vllm:cache_config_info"
@@ -53,7 +54,7 @@ class Snapshot:
         return sum(v for k, v in self.values.items() if k == name or k.startswith(name + "{"))
 
     def has_vllm(self) -> bool:
-        return any(key.startswith("vllm:") for key in self.values)
+        return bool(self.values)
 
 
 def parse_metrics(text: str) -> Snapshot:
@@ -65,7 +66,10 @@ def parse_metrics(text: str) -> Snapshot:
             if family.name == INFO_METRIC or sample.name == INFO_METRIC:
                 info.update({k: v for k, v in sample.labels.items() if k not in FOLDED_LABELS})
                 continue
-            if not sample.name.endswith(COUNTER_SUFFIXES):
+            # Only vLLM's own series: process_* counters move on every scrape.
+            if not sample.name.startswith(VLLM_PREFIX) or not sample.name.endswith(
+                COUNTER_SUFFIXES
+            ):
                 continue
             key = sample_key(sample.name, sample.labels)
             values[key] = values.get(key, 0.0) + float(sample.value)

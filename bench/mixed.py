@@ -57,14 +57,13 @@ def decode_budget(scale: Scale, prefill_s: float, itl_s: float, room: int) -> in
     return max(scale.mixed_lead_tokens + 1, min(wanted, room))
 
 
-async def _probes(ctx: Context, target_tokens: int) -> tuple[Messages, int, int]:
-    """Probe prefill and decode; return the measured long prompt, its size, decode budget."""
+async def _probes(ctx: Context, target_tokens: int) -> tuple[Messages, int, list[RequestRecord]]:
+    """Probe prefill and decode; return the measured long prompt, the decode budget and
+    the probes' records."""
     probe_msgs, _ = await fit_prompt(
         ctx, lambda n: long_messages(ctx.seed, "probe", n), target_tokens
     )
-    measured, tokens = await fit_prompt(
-        ctx, lambda n: long_messages(ctx.seed, "run", n), target_tokens
-    )
+    measured, _ = await fit_prompt(ctx, lambda n: long_messages(ctx.seed, "run", n), target_tokens)
     prefill = await ctx.send(
         ctx.primary, ChatRequest(NAME, "probe-prefill", 0, probe_msgs, max_tokens=1)
     )
@@ -74,12 +73,13 @@ async def _probes(ctx: Context, target_tokens: int) -> tuple[Messages, int, int]
     if not (prefill.ok and decode.ok) or prefill.ttft_s is None or decode.itl_s is None:
         raise BenchError(f"mixed: probe requests failed: {prefill.error or decode.error}")
     room = ctx.max_model_len - DECODE_PROMPT_WORDS * 4 - OUTPUT_MARGIN_TOKENS
-    return measured, tokens, decode_budget(ctx.scale, prefill.ttft_s, decode.itl_s, room)
+    budget = decode_budget(ctx.scale, prefill.ttft_s, decode.itl_s, room)
+    return measured, budget, [prefill, decode]
 
 
 async def run(ctx: Context) -> list[RequestRecord]:
     target = int(ctx.max_model_len * ctx.scale.mixed_prompt_fill)
-    long_msgs, _, budget = await _probes(ctx, target)
+    long_msgs, budget, probes = await _probes(ctx, target)
     lead = ctx.scale.mixed_lead_tokens
     started = [asyncio.Event() for _ in range(ctx.scale.mixed_decode_streams)]
 
@@ -101,7 +101,7 @@ async def run(ctx: Context) -> list[RequestRecord]:
     records = list(await asyncio.gather(*decodes))
     for record in records:
         ctx.sink(record)
-    return [*records, prefill]
+    return [*probes, *records, prefill]
 
 
 async def _wait_started(

@@ -67,7 +67,7 @@ DEFAULT_SUITE = tuple(WORKLOADS)
 @dataclass(frozen=True)
 class RunOptions:
     url: str
-    model: str
+    model: str | None
     workloads: tuple[str, ...]
     scale: Scale
     seed: int
@@ -182,19 +182,19 @@ async def _run(opts: RunOptions) -> dict[str, Any]:
     clock = Clock()
     salt = f"bench-{opts.seed}-{uuid.uuid4().hex[:12]}"
     async with http_client() as http:
-        info = await server_info(http, targets[0], opts.model)
+        info, model = await server_info(http, targets[0], opts.model)
         before = await settled_scrape(http, metrics_url)
         max_len = opts.max_model_len or info.max_model_len
         if max_len is None:
             raise BenchError(
                 f"{targets[0].url}/v1/models gives no max_model_len for "
-                f"{opts.model!r} (models: {list(info.model_ids)}); pass --max-model-len"
+                f"{model!r} (models: {list(info.model_ids)}); pass --max-model-len"
             )
         planned = sum(WORKLOADS[n].planned(opts.scale, len(targets)) for n in opts.workloads)
         bar = tqdm(total=planned, unit="req", desc="bench", disable=not opts.progress)
         sink = _Sink(opts.run_dir, bar)
-        clients = tuple(ChatClient(http, t, opts.model, clock, salt) for t in targets)
-        ctx = Context(http, clients, opts.model, opts.scale, opts.seed, max_len, sink)
+        clients = tuple(ChatClient(http, t, model, clock, salt) for t in targets)
+        ctx = Context(http, clients, model, opts.scale, opts.seed, max_len, sink)
         try:
             sections = {}
             for name in opts.workloads:
@@ -207,7 +207,7 @@ async def _run(opts: RunOptions) -> dict[str, Any]:
             "options": {
                 "url": opts.url,
                 "gateway_url": opts.gateway_url,
-                "model": opts.model,
+                "model": model,
                 "workloads": list(opts.workloads),
                 "scale": opts.scale.name,
                 "seed": opts.seed,

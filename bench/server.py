@@ -11,6 +11,7 @@ import httpx
 
 from bench.client import Target
 from bench.counters import Snapshot, parse_metrics
+from bench.errors import BenchError
 
 SETTLE_POLL_S = 0.5
 SETTLE_TIMEOUT_S = 10.0
@@ -36,17 +37,25 @@ async def _get_json(http: httpx.AsyncClient, target: Target, path: str) -> Any:
         return None
 
 
-async def server_info(http: httpx.AsyncClient, target: Target, model: str) -> ServerInfo:
+async def server_info(
+    http: httpx.AsyncClient, target: Target, model: str | None
+) -> tuple[ServerInfo, str]:
+    """What the server says, and the model to use (`model`, else the first it serves)."""
     version = await _get_json(http, target, "/version")
     models = await _get_json(http, target, "/v1/models")
     cards = models.get("data", []) if isinstance(models, dict) else []
     ids = tuple(str(card.get("id")) for card in cards)
+    if model is None:
+        if not ids:
+            raise BenchError(f"{target.url}/v1/models lists no model; is the server up? (--model)")
+        model = ids[0]
     lengths = [card.get("max_model_len") for card in cards if card.get("id") == model]
-    return ServerInfo(
+    info = ServerInfo(
         version=version.get("version") if isinstance(version, dict) else None,
         max_model_len=int(lengths[0]) if lengths and lengths[0] else None,
         model_ids=ids,
     )
+    return info, model
 
 
 async def scrape(http: httpx.AsyncClient, metrics_url: str | None) -> Snapshot | None:

@@ -67,7 +67,9 @@ def add_sweep(sub: Any) -> None:
 
 
 def base_env(args: argparse.Namespace) -> dict[str, str]:
-    env = {"SPARKSERVE_MODEL": args.serve_model, "SPARKSERVE_SERVED_MODEL_NAME": args.model}
+    env = {"SPARKSERVE_MODEL": args.serve_model}
+    if args.model:
+        env["SPARKSERVE_SERVED_MODEL_NAME"] = args.model
     for pair in args.env:
         key, sep, value = pair.partition("=")
         if not sep or not key.startswith("SPARKSERVE_"):
@@ -96,6 +98,7 @@ class SettingRunner:
     def __call__(
         self, stage: Stage, value: int, fixed: Mapping[str, int], out: Path
     ) -> dict[str, Any]:
+        from bench.cli import parse_workloads
         from bench.runner import RunOptions, run_benchmark
 
         env = setting_env(self.base, stage, value, fixed)
@@ -108,7 +111,7 @@ class SettingRunner:
                 opts = RunOptions(
                     url=spec.url,
                     model=self.args.model,
-                    workloads=tuple(self.args.workload.split(","))
+                    workloads=parse_workloads(self.args.workload)
                     if self.args.workload
                     else stage.workloads,
                     scale=get_scale(self.args.scale),

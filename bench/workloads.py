@@ -18,7 +18,8 @@ from bench.server import count_tokens
 Messages = list[dict[str, Any]]
 # Room left for the chat template's own tokens and the output when sizing a prompt.
 TEMPLATE_MARGIN_TOKENS = 32
-FIT_ROUNDS = 4
+FIT_ROUNDS = 5
+FIT_AIM = 0.99  # aim a little under the target: the template adds a few tokens
 FALLBACK_TOKENS_PER_WORD = 1.5
 
 
@@ -76,11 +77,12 @@ async def fit_prompt(
         count = await ctx.tokens(messages)
         if count is None:
             return messages, int(n_words * FALLBACK_TOKENS_PER_WORD)
-        if count <= target_tokens and (best is None or count > best[1]):
-            best = (messages, count)
-        if abs(count - target_tokens) <= max(8, target_tokens // 100):
-            break
-        n_words = max(1, int(n_words * target_tokens / count * 0.995))
+        if count <= target_tokens:
+            if best is None or count > best[1]:
+                best = (messages, count)
+            if target_tokens - count <= max(8, target_tokens // 100):
+                break
+        n_words = max(1, int(n_words * target_tokens * FIT_AIM / count))
     if best is None:
         raise BenchError(f"could not build a prompt under {target_tokens} tokens")
     return best

@@ -54,9 +54,32 @@ def test_stream_records_tokens_usage_and_cached_tokens():
     assert (record.prompt_tokens, record.completion_tokens, record.cached_tokens) == (300, 3, 256)
     assert record.recomputed_tokens == 44
     assert record.ttft_s is not None and record.ttft_s >= 0
-    assert seen["body"]["stream_options"] == {"include_usage": True}
+    assert seen["body"]["stream_options"] == {
+        "include_usage": True,
+        "continuous_usage_stats": True,
+    }
     assert seen["body"]["cache_salt"] == "s1"
     assert seen["body"]["ignore_eos"] is True
+
+
+def _counted(content: str, generated: int, role: str | None = None) -> dict:
+    return _chunk(content, role) | {"usage": {"prompt_tokens": 300, "completion_tokens": generated}}
+
+
+def test_continuous_usage_counts_chunks_without_text_and_skips_the_role_chunk():
+    def handler(request: httpx.Request) -> httpx.Response:
+        events = (
+            _counted("", 0, role="assistant"),  # sent at the first output, carries no token
+            _counted("", 1),  # a token that decodes to no text yet
+            _counted("ab", 3),  # two tokens in one chunk (speculative decoding)
+            USAGE,
+            "[DONE]",
+        )
+        return httpx.Response(200, content=_sse(*events))
+
+    record = _send(handler)
+    assert len(record.chunk_times_s) == 2
+    assert record.completion_tokens == 3 and record.cached_tokens == 256
 
 
 def test_missing_cached_tokens_is_none_not_zero():

@@ -20,6 +20,8 @@ vllm:num_preemptions_total{engine="0",model_name="tiny"} 1.0
 vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 150.0
 # TYPE vllm:prefix_cache_hits_total counter
 vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 0.0
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 12.5
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
 # TYPE vllm:time_to_first_token_seconds histogram
@@ -67,6 +69,7 @@ def test_parse_sums_engines_and_keeps_counters_only():
     assert snap.get("vllm:time_to_first_token_seconds_sum") == 0.5
     assert snap.get("vllm:time_to_first_token_seconds_count") == 2.0
     assert "vllm:num_requests_running" not in snap.values
+    assert "process_cpu_seconds_total" not in snap.values
     assert not any("_bucket" in key for key in snap.values)
     assert snap.get('vllm:prompt_tokens_by_source_total{source="local_compute"}') == 150.0
 
