@@ -9,6 +9,7 @@ from gateway.metrics import GatewayMetrics, status_class
 
 # Status recorded when the client left before any response started.
 CLIENT_CLOSED_STATUS = 499
+SERVER_ERROR_STATUS = 500
 _REASONS: tuple[tuple[type[GatewayError], str], ...] = (
     (Unauthorized, "unauthorized"),
     (BodyTooLarge, "body_too_large"),
@@ -35,16 +36,26 @@ class RequestMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = CLIENT_CLOSED_STATUS
+        started = False
+
+        def count(status: int) -> None:
+            route = getattr(scope.get("route"), "path", "other")
+            self.metrics.requests.labels(route, status_class(status)).inc()
 
         async def note_status(message: Message) -> None:
-            nonlocal status
+            nonlocal started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                started = True
+                count(message["status"])  # before the client can see the response
             await send(message)
 
         try:
             await self.app(scope, receive, note_status)
+        except Exception:
+            if not started:
+                started = True
+                count(SERVER_ERROR_STATUS)  # ServerErrorMiddleware answers 500
+            raise
         finally:
-            route = getattr(scope.get("route"), "path", "other")
-            self.metrics.requests.labels(route, status_class(status)).inc()
+            if not started:
+                count(CLIENT_CLOSED_STATUS)
