@@ -74,14 +74,18 @@ class VLLMChild:
         self._reader.start()
 
     def _forward(self, stream: IO[bytes]) -> None:
-        for raw in iter(stream.readline, b""):
-            text = raw.decode(errors="replace").rstrip("\r\n")
-            line = text.rsplit("\r", 1)[-1]  # progress bars redraw with \r
-            with self._tail_lock:
-                self._tail.append(line)
-            self._console.vllm(line)
-            for message in self._watcher.feed(line):
-                self._console.phase(message)
+        with stream:  # closed at EOF: the group is gone
+            for raw in iter(stream.readline, b""):
+                self._forward_line(raw)
+
+    def _forward_line(self, raw: bytes) -> None:
+        text = raw.decode(errors="replace").rstrip("\r\n")
+        line = text.rsplit("\r", 1)[-1]  # progress bars redraw with \r
+        with self._tail_lock:
+            self._tail.append(line)
+        self._console.vllm(line)
+        for message in self._watcher.feed(line):
+            self._console.phase(message)
 
     def poll(self) -> int | None:
         return self.proc.poll()

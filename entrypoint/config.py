@@ -212,6 +212,13 @@ OPTIONS: tuple[Option, ...] = (
         "SECONDS",
     ),
     Option(
+        "unhealthy_exit_seconds",
+        parsers.positive_seconds,
+        60.0,
+        "Seconds vLLM may fail /health after ready (/ready is 503 meanwhile) before exit 3.",
+        "SECONDS",
+    ),
+    Option(
         "stop_grace_seconds",
         parsers.positive_seconds,
         30.0,
@@ -258,6 +265,7 @@ class EntrypointConfig:
     vllm_extra_args: tuple[str, ...]
     force: bool
     startup_timeout: float
+    unhealthy_exit_seconds: float
     stop_grace_seconds: float
     cache_dir: str | None
 

@@ -37,6 +37,10 @@ class SignalFlag:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.request(signum)
+
+    def request(self, signum: int) -> None:
+        """Record `signum` as if it had arrived (the first one wins) and wake any wait()."""
         if self._signum is None:
             self._signum = signum
         self._event.set()

@@ -12,6 +12,7 @@ WARMING_UP = "warming_up"
 READY = "ready"
 UNHEALTHY = "unhealthy"  # vLLM stopped answering /health after ready
 STOPPING = "stopping"
+FAILED = "failed"  # vLLM exited or stayed unhealthy: the entrypoint exits 3
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,10 @@ class Lifecycle:
             self._status = replace(self._status, warmup_steps=steps)
 
     def health(self, answered: bool) -> Status:
-        """Record a health check after ready: READY ⇄ UNHEALTHY (never out of STOPPING)."""
+        """Record a health check after ready: READY ⇄ UNHEALTHY (never out of STOPPING/FAILED)."""
         with self._lock:
             status = self._status
-            if status.phase == STOPPING:
+            if status.phase in (STOPPING, FAILED):
                 return status
             if answered:
                 phase = READY if status.phase in (READY, UNHEALTHY) else status.phase

@@ -1,8 +1,9 @@
 """Supervise vLLM: health wait → calibration → warm-up → ready → watch; stop on signal.
 
 Child liveness is checked on every health retry and every watch tick: a dead
-vLLM ends the entrypoint at once (exit 3, with its code and last lines). A
-signal stops the whole vLLM process group: SIGTERM, grace period, SIGKILL.
+vLLM ends the entrypoint at once (exit 3, with its code and last lines); so do a
+start-up timeout and /health failing for SPARKSERVE_UNHEALTHY_EXIT_SECONDS after
+ready. A signal stops the whole vLLM process group: SIGTERM, grace period, SIGKILL.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from entrypoint.errors import VLLMFailedError
 from entrypoint.logscan import LogWatcher
 from entrypoint.planning import Launch
 from entrypoint.signals import SignalFlag, StopRequested
-from entrypoint.state import READY, STOPPING, WARMING_UP, Lifecycle
+from entrypoint.state import FAILED, READY, STOPPING, WARMING_UP, Lifecycle
 from entrypoint.warmup import Shape, run_warmup
 
 T = TypeVar("T")
@@ -83,10 +84,13 @@ def shape_of(plan: Plan) -> Shape:
 
 
 class Supervisor:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(
+        self, ctx: Context, health_interval_seconds: float = HEALTH_INTERVAL_SECONDS
+    ) -> None:
         self.ctx = ctx
         self.client = make_client(ctx.config)
         self.started = time.monotonic()
+        self.health_interval_seconds = health_interval_seconds
 
     def run(self) -> int:
         """Launch vLLM and supervise it until a signal (0 / 128+N) or its end (raises)."""
@@ -115,15 +119,18 @@ class Supervisor:
         if code is not None:
             self._report_exit(child, code)
 
-    def _report_exit(self, child: VLLMChild, code: int) -> None:
+    def _report_exit(self, child: VLLMChild, code: int) -> NoReturn:
         child.kill_group()  # what is left of vLLM holds its output pipe open
-        console = self.ctx.console
-        console.say(f"vLLM exited ({describe_returncode(code)}); its last lines:")
+        self._fail(child, f"vLLM exited ({describe_returncode(code)})")
+
+    def _fail(self, child: VLLMChild, what: str) -> NoReturn:
+        """/ready 503 at once, vLLM's last lines, then exit 3 (the caller kills the group)."""
+        phase = self.ctx.lifecycle.status.phase
+        self.ctx.lifecycle.update(phase=FAILED, vllm_up=False)
+        self.ctx.console.say(f"{what}; its last lines:")
         for line in child.tail(LAST_LINES):
-            console.say("  | " + line)
-        raise VLLMFailedError(
-            f"vLLM exited ({describe_returncode(code)}) during {self.ctx.lifecycle.status.phase}"
-        )
+            self.ctx.console.say("  | " + line)
+        raise VLLMFailedError(f"{what} during {phase}")
 
     def _start(self, child: VLLMChild) -> None:
         self._wait_healthy(child)
@@ -153,9 +160,9 @@ class Supervisor:
             if answers_health(self.client):
                 break
             if time.monotonic() - self.started > timeout:
-                raise VLLMFailedError(
-                    f"vLLM did not answer /health within {timeout:g} s (SPARKSERVE_STARTUP_TIMEOUT)"
-                )
+                child.kill_group()
+                what = f"vLLM did not answer /health within {timeout:g} s"
+                self._fail(child, what + " (SPARKSERVE_STARTUP_TIMEOUT)")
             self.ctx.signals.wait(HEALTH_RETRY_SECONDS)
         self.ctx.lifecycle.update(vllm_up=True)
         self.ctx.console.phase(
@@ -187,12 +194,25 @@ class Supervisor:
 
     def _watch(self, child: VLLMChild) -> NoReturn:
         last_health = time.monotonic()
+        failing_since: float | None = None
+        limit = self.ctx.config.unhealthy_exit_seconds
         while True:
             self.ctx.signals.wait(TICK_SECONDS)
             self.check(child)
-            if time.monotonic() - last_health >= HEALTH_INTERVAL_SECONDS:
-                last_health = time.monotonic()
-                self._record_health(answers_health(self.client))
+            now = time.monotonic()
+            if now - last_health < self.health_interval_seconds:
+                continue
+            last_health = now
+            answered = answers_health(self.client)
+            self._record_health(answered)
+            failing_since = None if answered else (now if failing_since is None else failing_since)
+            if failing_since is not None and now - failing_since >= limit:
+                child.kill_group()
+                self._fail(
+                    child,
+                    f"vLLM failed /health for {now - failing_since:.0f} s "
+                    f"(SPARKSERVE_UNHEALTHY_EXIT_SECONDS={limit:g})",
+                )
 
     def _record_health(self, answered: bool) -> None:
         before = self.ctx.lifecycle.status.ready
