@@ -6,10 +6,12 @@ the control endpoint and hands over to the Supervisor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 from budget.plan import Plan
 from budget.render import render_table
+from entrypoint import gdn
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
 from entrypoint.control import ControlServer
@@ -23,7 +25,7 @@ from entrypoint.preflight import check_model_dir, fit_problem, run_checks
 from entrypoint.signals import SignalFlag, StopRequested
 from entrypoint.state import Lifecycle
 from entrypoint.supervisor import Context, Supervisor
-from entrypoint.vllm_flags import check_flags
+from entrypoint.vllm_flags import check_flags, known_flags, vllm_parser
 
 CONTROL_HOST = "0.0.0.0"
 
@@ -51,11 +53,21 @@ def dry_run(config: EntrypointConfig, console: Console) -> int:
     console.raw("")
     console.raw("entrypoint command (SPARKSERVE_* settings applied):")
     console.raw(prepared.launch.shown())
+    if note := gdn.choose(prepared.plan, prepared.launch.extra_args, None).message:
+        console.raw(note)
     problem = fit_problem(prepared.plan)
     if problem is None:
         return 0
     console.raw(f"\n{problem}")
     return 0 if config.force else EXIT_DOES_NOT_FIT
+
+
+def with_gdn_backend(prepared: Prepared, known: Collection[str], console: Console) -> Prepared:
+    """Add --gdn-prefill-backend triton where it saves a FlashInfer JIT (see gdn.py)."""
+    choice = gdn.choose(prepared.plan, prepared.launch.extra_args, known)
+    if choice.message:
+        console.say(choice.message)
+    return replace(prepared, launch=gdn.apply(prepared.launch, choice))
 
 
 def _info(config: EntrypointConfig, prepared: Prepared, vllm_version: str) -> dict[str, str]:
@@ -77,8 +89,10 @@ def serve(config: EntrypointConfig, console: Console, environ: dict[str, str]) -
         prepared = prepare(config, console)
         console.say("plan:\n" + render_table(prepared.plan))
         run_checks(config, prepared.plan, prepared.machine, console)
+        parser, version = vllm_parser()
+        prepared = with_gdn_backend(prepared, known_flags(parser), console)
         launch = prepared.launch
-        version = check_flags(launch.planned_args, launch.extra_args)
+        check_flags(launch.planned_args, launch.extra_args, (parser, version))
         console.say(f"pre-flight ok: vLLM {version} knows every flag")
         signals.check()
     except StopRequested as stop:

@@ -61,9 +61,13 @@ def parse_error(parser: argparse.ArgumentParser, args: Sequence[str]) -> str | N
     return None
 
 
-def check_flags(planned: Sequence[str], extra: Sequence[str]) -> str:
+def check_flags(
+    planned: Sequence[str],
+    extra: Sequence[str],
+    parser_and_version: tuple[argparse.ArgumentParser, str] | None = None,
+) -> str:
     """Raise PreflightError naming the first flag vLLM does not know; return vLLM's version."""
-    parser, version = vllm_parser()
+    parser, version = parser_and_version or vllm_parser()
     known = known_flags(parser)
     for args, source in (
         (planned, "generated from the plan"),
