@@ -116,61 +116,10 @@ class Plan:
         return self._ple_traffic
 
     def to_dict(self) -> dict[str, Any]:
-        s = self.settings
-        return {
-            "model": self.model_name,
-            "model_dir": self.model_dir,
-            "hardware": s.hardware.name,
-            "device": s.device,
-            "uma": s.hardware.uma,
-            "fits": self.fits,
-            "kv_cache_tokens": self.kv_cache_tokens,
-            "max_concurrency": self.max_concurrency,
-            "block_size": self.block_size,
-            "kv_cache_bytes": self.kv_cache_bytes,
-            "total_bytes": self.total_bytes,
-            "usable_bytes": self.usable_bytes,
-            "headroom_bytes": self.headroom_bytes,
-            "components": dict(self.components),
-            "estimates": dict(self.notes),
-            "suggestions": list(self.suggestions),
-            "vllm_args": self.vllm_args,
-            "warnings": list(self.warnings),
-            "kv_mode": self.kv_mode,
-            "settings": {
-                "tp": s.tp,
-                "max_model_len": s.max_model_len,
-                "max_num_seqs": s.max_num_seqs,
-                "max_num_batched_tokens": s.max_num_batched_tokens,
-                "kv_cache_dtype": s.kv_cache_dtype,
-                "mtp": s.mtp,
-                "prefix_caching": s.prefix_caching,
-                "cudagraph_mode": s.cudagraph_mode,
-                "cudagraph_capture_sizes": list(s.capture_sizes),
-                "gpu_memory_utilization": self.gpu_memory_utilization,
-                "draft_vocab_rows": s.draft_vocab_rows,
-                "weight_formats": dict(s.formats),
-            },
-            "kv_layout": {
-                "page_bytes": self.layout.page_bytes,
-                "num_groups": self.layout.num_groups,
-                "group_size": self.layout.group_size,
-                "padding_layers": self.layout.padding_layers,
-                "blocks_per_request": self.layout.blocks_per_request,
-                "num_blocks": self.capacity.num_blocks,
-                "log_lines": list(self.layout.log_lines),
-            },
-            "speed_estimate": self.speed.to_dict(),
-            "mem_available_at_start_bytes": self.mem_available_at_start_bytes,
-            "ple_traffic": self.ple_traffic,
-            "parallelism": {
-                "tp": s.tp,
-                "pp": s.pp,
-                "nodes": s.nodes,
-                "why": list(self.parallelism),
-            },
-            "assumed": list(self.model.assumed),
-        }
+        """The JSON contract of `python -m budget plan --json` (DESIGN §2)."""
+        from budget.plan_dict import plan_dict
+
+        return plan_dict(self)
 
 
 def kv_model(m: ModelSpec, mtp_k: int, pp: int = 1) -> KVModel:
@@ -321,45 +270,12 @@ def build_plan(options: PlanOptions) -> Plan:
     settings = resolve(options, profile)
     plan = plan_for(profile, settings, options.mtp_acceptance)
     if settings.nodes > 1 and options.tp is None and options.pp is None:
+        from budget.split import choose_split
+
         plan = choose_split(profile, settings, options.mtp_acceptance)
     if not plan.fits:
         plan.suggestions = suggestions_for(profile, settings, plan)
     return plan
-
-
-def _splits(profile: ModelProfile, s: Settings) -> list[tuple[int, int]]:
-    """(tp, pp) using every GPU, TP dividing the attention and KV heads."""
-    ranks = s.nodes * s.hardware.gpus
-    m = profile.spec
-    return [
-        (ranks // pp, pp)
-        for pp in range(1, ranks + 1)
-        if ranks % pp == 0 and m.num_attention_heads % (ranks // pp) == 0 and m.num_layers >= pp
-    ]
-
-
-def choose_split(profile: ModelProfile, s: Settings, acceptance: float) -> Plan:
-    """The split that fits with the fastest decode estimate (else the most headroom)."""
-    plans = [
-        plan_for(profile, replace(s, tp=tp, pp=pp), acceptance) for tp, pp in _splits(profile, s)
-    ]
-    fitting = [p for p in plans if p.fits]
-    if fitting:
-        best = max(fitting, key=lambda p: p.speed.decode_tokens_per_s)
-        why = "fits with the fastest decode estimate"
-    else:
-        best = max(plans, key=lambda p: p.headroom_bytes)
-        why = "no split fits; this one comes closest"
-    best.parallelism = [
-        f"chose TP {best.settings.tp} × PP {best.settings.pp} over {s.nodes} nodes: {why}"
-    ]
-    best.parallelism += [
-        f"TP {p.settings.tp} × PP {p.settings.pp}: {'fits' if p.fits else 'does not fit'}, "
-        f"headroom {p.headroom_bytes / 1024**3:.2f} GiB, decode ≈ "
-        f"{p.speed.decode_tokens_per_s:.1f} tok/s, {p.kv_cache_tokens:,} KV tokens"
-        for p in plans
-    ]
-    return best
 
 
 def min_kv_bytes(plan: Plan) -> int:

@@ -159,11 +159,11 @@ def _parallel(
     return tp, pp, nodes
 
 
-def resolve(opts: PlanOptions, profile: ModelProfile) -> Settings:
+def _batching(
+    opts: PlanOptions, profile: ModelProfile, device: str, hw: Hardware
+) -> tuple[int, int, int]:
+    """Context length, max sequences and chunk: given, else the profile's, else vLLM's."""
     s = profile.serving
-    device = _choose("device", opts.device, DEVICES) or str(s.get("device", "cuda"))
-    hw = _hardware(opts, profile, device)
-    tp, pp, nodes = _parallel(opts, s, hw, device)
     mnbt_default, seqs_default = _batch_defaults(device, hw)
     max_len = _positive("max_model_len", opts.max_model_len) or int(
         s.get("max_model_len", profile.spec.max_position_embeddings)
@@ -172,14 +172,11 @@ def resolve(opts: PlanOptions, profile: ModelProfile) -> Settings:
     mnbt = _positive("max_num_batched_tokens", opts.max_num_batched_tokens) or int(
         s.get("max_num_batched_tokens", mnbt_default)
     )
-    kv_dtype = _choose("kv_cache_dtype", opts.kv_cache_dtype, KV_CACHE_DTYPES) or str(
-        s.get("kv_cache_dtype", "auto")
-    )
-    mode = _choose("cudagraph_mode", opts.cudagraph_mode, CUDAGRAPH_MODES) or str(
-        s.get("cudagraph_mode", "FULL_AND_PIECEWISE")
-    )
-    mtp = _mtp(opts, profile)
-    mode, sizes = _graphs(opts, profile, (device, hw, mode, mtp, seqs, mnbt))
+    return max_len, seqs, mnbt
+
+
+def _memory(opts: PlanOptions, device: str) -> tuple[float | None, int | None, int | None]:
+    """Utilisation, fixed KV pool and block size, validated."""
     util = opts.gpu_memory_utilization
     if util is not None and not 0 < util <= 1:
         raise BudgetError(f"gpu_memory_utilization={util}; must be in (0, 1]")
@@ -188,15 +185,38 @@ def resolve(opts: PlanOptions, profile: ModelProfile) -> Settings:
     block = _positive("block_size", opts.block_size)
     if block is not None and device == "cuda" and block % 16:
         raise BudgetError(f"block_size={block}; must be a multiple of 16 on cuda")
+    return util, opts.kv_cache_memory_bytes, block
+
+
+def _offload(opts: PlanOptions, profile: ModelProfile, mtp: int) -> tuple[int, float]:
+    """Draft-vocab rows (only with MTP) and the PLE hot fraction."""
     dv = profile.draft_vocab
     use_draft = opts.draft_vocab if opts.draft_vocab is not None else bool(dv.get("enabled"))
-    hot = (
-        opts.ple_hot_fraction
-        if opts.ple_hot_fraction is not None
-        else float(profile.ple.get("hot_fraction", 0.0))
-    )
+    hot = opts.ple_hot_fraction
+    if hot is None:
+        hot = float(profile.ple.get("hot_fraction", 0.0))
     if not 0 <= hot <= 1:
         raise BudgetError(f"ple_hot_fraction={hot}; must be between 0 and 1")
+    return (int(dv.get("rows", 65536)) if use_draft and mtp else 0), hot
+
+
+def resolve(opts: PlanOptions, profile: ModelProfile) -> Settings:
+    s = profile.serving
+    device = _choose("device", opts.device, DEVICES) or str(s.get("device", "cuda"))
+    hw = _hardware(opts, profile, device)
+    tp, pp, nodes = _parallel(opts, s, hw, device)
+    max_len, seqs, mnbt = _batching(opts, profile, device, hw)
+    kv_dtype = _choose("kv_cache_dtype", opts.kv_cache_dtype, KV_CACHE_DTYPES) or str(
+        s.get("kv_cache_dtype", "auto")
+    )
+    mode = _choose("cudagraph_mode", opts.cudagraph_mode, CUDAGRAPH_MODES) or str(
+        s.get("cudagraph_mode", "FULL_AND_PIECEWISE")
+    )
+    mtp = _mtp(opts, profile)
+    mode, sizes = _graphs(opts, profile, (device, hw, mode, mtp, seqs, mnbt))
+    util, kv_bytes, block = _memory(opts, device)
+    draft_rows, hot = _offload(opts, profile, mtp)
+    caching = opts.prefix_caching
     return Settings(
         hardware=hw,
         device=device,
@@ -208,15 +228,13 @@ def resolve(opts: PlanOptions, profile: ModelProfile) -> Settings:
         max_num_batched_tokens=mnbt,
         kv_cache_dtype=kv_dtype,
         mtp=mtp,
-        prefix_caching=opts.prefix_caching
-        if opts.prefix_caching is not None
-        else bool(s.get("prefix_caching", True)),
+        prefix_caching=bool(s.get("prefix_caching", True)) if caching is None else caching,
         block_size=block,
         cudagraph_mode=mode,
         capture_sizes=sizes,
         gpu_memory_utilization=util,
-        kv_cache_memory_bytes=opts.kv_cache_memory_bytes,
-        draft_vocab_rows=int(dv.get("rows", 65536)) if use_draft and mtp else 0,
+        kv_cache_memory_bytes=kv_bytes,
+        draft_vocab_rows=draft_rows,
         ple_hot_fraction=hot,
         formats=_formats(opts, profile),
         served_model_name=opts.served_model_name,

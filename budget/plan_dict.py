@@ -1,0 +1,74 @@
+"""The JSON contract of a plan (DESIGN §2): the required keys first, then details."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from budget.plan import Plan
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    s = plan.settings
+    return {
+        "model": plan.model_name,
+        "model_dir": plan.model_dir,
+        "hardware": s.hardware.name,
+        "device": s.device,
+        "uma": s.hardware.uma,
+        "fits": plan.fits,
+        "kv_cache_tokens": plan.kv_cache_tokens,
+        "max_concurrency": plan.max_concurrency,
+        "block_size": plan.block_size,
+        "kv_cache_bytes": plan.kv_cache_bytes,
+        "total_bytes": plan.total_bytes,
+        "usable_bytes": plan.usable_bytes,
+        "headroom_bytes": plan.headroom_bytes,
+        "components": dict(plan.components),
+        "estimates": dict(plan.notes),
+        "suggestions": list(plan.suggestions),
+        "vllm_args": plan.vllm_args,
+        "warnings": list(plan.warnings),
+        "kv_mode": plan.kv_mode,
+        "settings": _settings(plan),
+        "kv_layout": _layout(plan),
+        "speed_estimate": plan.speed.to_dict(),
+        "mem_available_at_start_bytes": plan.mem_available_at_start_bytes,
+        "ple_traffic": plan.ple_traffic,
+        "parallelism": {"tp": s.tp, "pp": s.pp, "nodes": s.nodes, "why": list(plan.parallelism)},
+        "assumed": list(plan.model.assumed),
+    }
+
+
+def _settings(plan: Plan) -> dict[str, Any]:
+    s = plan.settings
+    util = plan.gpu_memory_utilization or plan.uma_start_utilization
+    return {
+        "tp": s.tp,
+        "pp": s.pp,
+        "nodes": s.nodes,
+        "max_model_len": s.max_model_len,
+        "max_num_seqs": s.max_num_seqs,
+        "max_num_batched_tokens": s.max_num_batched_tokens,
+        "kv_cache_dtype": s.kv_cache_dtype,
+        "mtp": s.mtp,
+        "prefix_caching": s.prefix_caching,
+        "cudagraph_mode": s.cudagraph_mode,
+        "cudagraph_capture_sizes": list(s.capture_sizes),
+        "gpu_memory_utilization": util,
+        "draft_vocab_rows": s.draft_vocab_rows,
+        "weight_formats": dict(s.formats),
+    }
+
+
+def _layout(plan: Plan) -> dict[str, Any]:
+    layout = plan.layout
+    return {
+        "page_bytes": layout.page_bytes,
+        "num_groups": layout.num_groups,
+        "group_size": layout.group_size,
+        "padding_layers": layout.padding_layers,
+        "blocks_per_request": layout.blocks_per_request,
+        "num_blocks": plan.capacity.num_blocks,
+        "log_lines": list(layout.log_lines),
+    }
