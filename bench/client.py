@@ -15,6 +15,7 @@ from bench.records import RequestRecord
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 600.0
+KEEPALIVE_S = 1.0
 SSE_DATA = "data:"
 OnOutput = Callable[[int], None]
 
@@ -190,5 +191,9 @@ class ChatClient:
 
 def http_client() -> httpx.AsyncClient:
     timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    # Idle connections expire before the server's keep-alive (uvicorn: 5 s) closes them,
+    # so a request never races a server-side close (a ReadError with no bytes read).
+    limits = httpx.Limits(
+        max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S
+    )
     return httpx.AsyncClient(timeout=timeout, limits=limits)

@@ -19,8 +19,8 @@ def num(value: Any, digits: int = 1) -> str:
         return DASH
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and digits == 0):
-        return f"{int(value):,}"
+    if isinstance(value, int) or (isinstance(value, float) and digits == 0):
+        return f"{round(value):,}"
     if isinstance(value, float):
         return f"{value:,.{digits}f}"
     return str(value)

@@ -10,7 +10,8 @@ from typing import Any
 from bench.markdown import num, table, value
 from bench.plots import plot_sweep
 
-COLUMNS = (
+# (row key, column title, decimals; None = shown as is)
+COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("output_tok_s", "output tok/s", 1),
     ("ttft_p50_ms", "TTFT p50 ms", 1),
     ("ttft_p95_ms", "TTFT p95 ms", 1),
@@ -24,15 +25,15 @@ COLUMNS = (
     ("preemptions", "preemptions", 0),
     ("plan_kv_tokens", "plan KV tokens", 0),
     ("vllm_kv_tokens", "vLLM KV tokens", 0),
-    ("graph_mode", "graph mode", 0),
-    ("graph_fallback_widths", "(1+K)×S widths falling back", 0),
+    ("graph_mode", "graph mode", None),
+    ("graph_fallback_widths", "(1+K)×S widths falling back", None),
 )
 
 
 def stage_table(param: str, rows: Sequence[Mapping[str, Any]]) -> str:
     used = [c for c in COLUMNS if any(r.get(c[0]) not in (None, []) for r in rows)]
     body = [
-        [str(r["value"]), *(num(r.get(k), d) if d else value(r.get(k)) for k, _, d in used)]
+        [str(r["value"]), *(value(r.get(k)) if d is None else num(r.get(k), d) for k, _, d in used)]
         for r in rows
     ]
     return table((param, *(title for _, title, _ in used)), body)
