@@ -1,30 +1,44 @@
 """Gateway overhead: TTFT and stream throughput, direct vs through the gateway.
 
     python -m bench.gateway_overhead                       # synthetic SSE upstream
-    python -m bench.gateway_overhead --vllm-url URL        # a running vLLM (model `tiny`)
+    python -m bench.gateway_overhead --vllm-url URL        # a running vLLM (served name `tiny`)
+    python -m bench.gateway_overhead --clients aiohttp,httpx   # one gateway per upstream client
+    python -m bench.gateway_overhead --py-spy /tmp/gw.svg  # then profile the gateway at 32 streams
 
-Starts the upstream (unless --vllm-url) and `python -m gateway` (auth off) as
-child processes, then for 1, 8 and 32 concurrent streams runs direct and
-gateway rounds interleaved, and prints TTFT p50/p99 and aggregate events/s with
-the gateway/direct ratios.  The synthetic upstream isolates the gateway's own
-cost; figures against it are reported, not targeted.
+Starts the upstream (unless --vllm-url) and `python -m gateway` (auth off; one
+per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
+streams runs rounds on every path (direct, each gateway), interleaved in a
+rotating order so each path runs in each position equally often, after one
+discarded warm-up round per path.  It prints TTFT p50/p99 and aggregate
+events/s with the gateway/direct ratios.  The synthetic upstream isolates the
+gateway's own cost; figures against it are reported, not targeted.
+
+The load generator is kept cheap so it does not eat the CPU the gateway and the
+upstream need on a small machine: aiohttp (C HTTP parser) on uvloop, one
+keep-alive session per path (connection set-up is not counted), a pre-encoded
+body, and events counted by their blank-line separators instead of parsed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import math
 import os
+import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import aiohttp
 import httpx
 
 CONCURRENCY = (1, 8, 32)
+DIRECT = "direct"
 
 
 def free_port() -> int:
@@ -33,14 +47,47 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-# ---- synthetic upstream: a tiny asyncio HTTP/1.1 server streaming SSE ----
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
-EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"tok"}}]}\n\n'
+
+# ---- synthetic upstream: a tiny asyncio HTTP/1.1 server streaming vLLM-like SSE ----
+
+_CHUNK = {
+    "id": "chatcmpl-0123456789abcdef0123456789abcdef",
+    "object": "chat.completion.chunk",
+    "created": 1767225600,
+    "model": "tiny",
+    "choices": [
+        {
+            "index": 0,
+            "delta": {"content": " tok"},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+    ],
+}
+EVENT = b"data: " + json.dumps(_CHUNK).encode() + b"\n\n"
+USAGE_EVENT = (
+    b'data: {"id":"chatcmpl-0","object":"chat.completion.chunk","created":1767225600,'
+    b'"model":"tiny","choices":[],"usage":{"prompt_tokens":9,"total_tokens":73,'
+    b'"completion_tokens":64}}\n\n'
+)
+DONE = b"data: [DONE]\n\n"
+
+
+def _chunked(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
 async def _handle(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, events: int, gap_s: float
 ) -> None:
+    loop = asyncio.get_running_loop()
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -48,7 +95,7 @@ async def _handle(
             for line in head.split(b"\r\n"):
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":")[1])
-            await reader.readexactly(length)
+            body = await reader.readexactly(length)
             if head.startswith(b"GET /health"):
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                 continue
@@ -56,11 +103,16 @@ async def _handle(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                 b"transfer-encoding: chunked\r\n\r\n"
             )
+            # Every stream ticks on one shared clock, as vLLM emits one token per
+            # running request per engine step.
+            tick = math.floor(loop.time() / gap_s) + 1
             for _ in range(events):
-                await asyncio.sleep(gap_s)
-                writer.write(b"%x\r\n%s\r\n" % (len(EVENT), EVENT))
-            done = b"data: [DONE]\n\n"
-            writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+                await asyncio.sleep(max(0.0, tick * gap_s - loop.time()))
+                tick += 1
+                writer.write(_chunked(EVENT))
+            if b'"include_usage":true' in body.replace(b" ", b""):
+                writer.write(_chunked(USAGE_EVENT))
+            writer.write(_chunked(DONE) + b"0\r\n\r\n")
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         writer.close()
@@ -74,6 +126,11 @@ async def _serve_synthetic(port: int, events: int, gap_s: float) -> None:
         await server.serve_forever()
 
 
+def serve_synthetic(port: int, events: int, gap_s: float) -> None:
+    _install_uvloop()
+    asyncio.run(_serve_synthetic(port, events, gap_s))
+
+
 # ---- load generator ----
 
 
@@ -81,62 +138,152 @@ async def _serve_synthetic(port: int, events: int, gap_s: float) -> None:
 class Round:
     ttft_s: list[float] = field(default_factory=list)
     events: int = 0
+    failures: int = 0
     wall_s: float = 0.0
 
 
-async def _one_stream(client: httpx.AsyncClient, url: str, max_tokens: int, out: Round) -> None:
-    body = {
-        "model": "tiny",
-        "stream": True,
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "messages": [{"role": "user", "content": "count to a hundred"}],
-    }
-    started = time.monotonic()
-    async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
-        first = True
-        async for line in response.aiter_lines():
-            if line.startswith("data:") and line != "data: [DONE]":
-                if first:
-                    out.ttft_s.append(time.monotonic() - started)
-                    first = False
-                out.events += 1
+def _body(model: str, max_tokens: int) -> bytes:
+    return json.dumps(
+        {
+            "model": model,
+            "stream": True,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "messages": [{"role": "user", "content": "count to a hundred"}],
+        }
+    ).encode()
 
 
-async def _round(url: str, streams: int, max_tokens: int) -> Round:
+async def _one_stream(session: aiohttp.ClientSession, url: str, body: bytes, out: Round) -> None:
+    started = time.perf_counter()
+    first: float | None = None
+    events, last = 0, b""
+    headers = {"content-type": "application/json"}
+    try:
+        async with session.post(url + "/v1/chat/completions", data=body, headers=headers) as resp:
+            if resp.status != 200:
+                out.failures += 1
+                return
+            async for chunk in resp.content.iter_any():
+                if first is None and b"data:" in chunk:
+                    first = time.perf_counter()
+                # An event ends with a blank line; a separator may straddle two reads.
+                events += chunk.count(b"\n\n") + (last == b"\n" and chunk[:1] == b"\n")
+                last = chunk[-1:]
+    except aiohttp.ClientError:
+        out.failures += 1
+        return
+    if first is not None:
+        out.ttft_s.append(first - started)
+    out.events += max(0, events - 1)  # not the [DONE] event
+
+
+async def _round(session: aiohttp.ClientSession, url: str, streams: int, body: bytes) -> Round:
     out = Round()
-    limits = httpx.Limits(max_connections=streams)
-    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
-        started = time.monotonic()
-        await asyncio.gather(*(_one_stream(client, url, max_tokens, out) for _ in range(streams)))
-        out.wall_s = time.monotonic() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(_one_stream(session, url, body, out) for _ in range(streams)))
+    out.wall_s = time.perf_counter() - started
     return out
 
 
 def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _measure(direct: str, gateway: str, rounds: int, max_tokens: int) -> None:
-    print(f"{'streams':>7} {'path':>8} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'events/s':>10}")
-    for streams in CONCURRENCY:
-        results: dict[str, list[Round]] = {"direct": [], "gateway": []}
-        for _ in range(rounds):  # interleaved: direct, gateway, direct, gateway …
-            for name, url in (("direct", direct), ("gateway", gateway)):
-                results[name].append(await _round(url, streams, max_tokens))
-        summary = {}
-        for name, runs in results.items():
-            ttft = [t for r in runs for t in r.ttft_s]
-            rate = statistics.mean(r.events / r.wall_s for r in runs)
-            summary[name] = (_pct(ttft, 0.5), _pct(ttft, 0.99), rate)
-            p50, p99, rate = summary[name]
-            print(f"{streams:>7} {name:>8} {p50 * 1000:>12.1f} {p99 * 1000:>12.1f} {rate:>10.0f}")
-        d, g = summary["direct"], summary["gateway"]
-        print(
-            f"{streams:>7} {'ratio':>8} {g[0] / d[0]:>12.3f} {g[1] / d[1]:>12.3f} "
-            f"{g[2] / d[2]:>10.3f}"
-        )
+@dataclass
+class Summary:
+    ttft_p50_s: float
+    ttft_p99_s: float
+    events_per_s: float
+    failures: int
+
+    @classmethod
+    def of(cls, runs: list[Round]) -> Summary:
+        ttft = [t for r in runs for t in r.ttft_s]
+        rate = sum(r.events for r in runs) / sum(r.wall_s for r in runs)
+        return cls(_pct(ttft, 0.5), _pct(ttft, 0.99), rate, sum(r.failures for r in runs))
+
+
+def _print_row(streams: int, name: str, s: Summary) -> None:
+    fails = f" {s.failures} failed" if s.failures else ""
+    print(
+        f"{streams:>7} {name:>12} {s.ttft_p50_s * 1000:>12.1f} {s.ttft_p99_s * 1000:>12.1f} "
+        f"{s.events_per_s:>10.0f}{fails}"
+    )
+
+
+def _print_ratio(streams: int, name: str, g: Summary, d: Summary) -> None:
+    print(
+        f"{streams:>7} {name + '/d':>12} {g.ttft_p50_s / d.ttft_p50_s:>12.3f} "
+        f"{g.ttft_p99_s / d.ttft_p99_s:>12.3f} {g.events_per_s / d.events_per_s:>10.3f}"
+    )
+
+
+async def _measure_level(
+    sessions: dict[str, aiohttp.ClientSession],
+    urls: dict[str, str],
+    streams: int,
+    rounds: int,
+    body: bytes,
+) -> dict[str, Summary]:
+    names = list(urls)
+    for name in names:  # warm-up: connections, caches, JIT-free but lazy imports
+        await _round(sessions[name], urls[name], streams, body)
+    results: dict[str, list[Round]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            results[name].append(await _round(sessions[name], urls[name], streams, body))
+    return {name: Summary.of(runs) for name, runs in results.items()}
+
+
+async def _measure(
+    urls: dict[str, str], levels: Sequence[int], rounds: int, body: bytes
+) -> dict[int, dict[str, Summary]]:
+    print(f"{'streams':>7} {'path':>12} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'events/s':>10}")
+    timeout = aiohttp.ClientTimeout(total=600)
+    sessions = {
+        name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout)
+        for name in urls
+    }
+    table: dict[int, dict[str, Summary]] = {}
+    try:
+        for streams in levels:
+            summary = await _measure_level(sessions, urls, streams, rounds, body)
+            for name, s in summary.items():
+                _print_row(streams, name, s)
+            for name, s in summary.items():
+                if name != DIRECT:
+                    _print_ratio(streams, name, s, summary[DIRECT])
+            table[streams] = summary
+    finally:
+        for session in sessions.values():
+            await session.close()
+    return table
+
+
+async def _load_for(url: str, streams: int, body: bytes, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        while time.monotonic() < deadline:
+            await _round(session, url, streams, body)
+
+
+def _profile(gateway: str, pid: int, streams: int, body: bytes, svg: str, seconds: float) -> None:
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    fmt = "flamegraph" if svg.endswith(".svg") else "raw"  # raw: collapsed stacks
+    cmd = [spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "-o", svg]
+    cmd += ["--format", fmt]
+    recorder = subprocess.Popen([*cmd, "--rate", "250", "--nonblocking"])
+    asyncio.run(_load_for(gateway, streams, body, seconds + 1))
+    recorder.wait(60)
+    print(f"py-spy profile of the gateway at {streams} streams: {svg}")
+
+
+# ---- processes ----
 
 
 def _wait_ready(url: str, path: str, timeout_s: float = 60) -> None:
@@ -151,43 +298,71 @@ def _wait_ready(url: str, path: str, timeout_s: float = 60) -> None:
     raise RuntimeError(f"{url}{path} not ready")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _start_gateway(upstream: str, client: str | None) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "GATEWAY_UPSTREAM_URL": upstream,
+        "GATEWAY_AUTH": "off",
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_HOST": "127.0.0.1",
+        "GATEWAY_SALT_SECRET": "bench",
+        "GATEWAY_LOG_LEVEL": "warning",
+    }
+    if client:
+        env["GATEWAY_UPSTREAM_CLIENT"] = client
+    return subprocess.Popen([sys.executable, "-m", "gateway"], env=env), f"http://127.0.0.1:{port}"
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--vllm-url", help="benchmark against this vLLM instead")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--model", default="tiny", help="served model name (with --vllm-url)")
+    parser.add_argument("--rounds", type=int, default=8, help="measured rounds per path")
     parser.add_argument("--events", type=int, default=64, help="tokens per stream")
     parser.add_argument("--gap-ms", type=float, default=5.0, help="synthetic token gap")
-    args = parser.parse_args(argv)
-    children = []
+    parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
+    parser.add_argument("--clients", default="", help="comma list: one gateway per client")
+    parser.add_argument("--py-spy", metavar="SVG", help="then profile the first gateway")
+    parser.add_argument("--profile-seconds", type=float, default=10.0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    _install_uvloop()
+    levels = [int(n) for n in args.concurrency.split(",")]
+    children: list[subprocess.Popen[bytes]] = []
     try:
         upstream = args.vllm_url
         if upstream is None:
             port = free_port()
             code = (
-                "import asyncio, bench.gateway_overhead as b; "
-                f"asyncio.run(b._serve_synthetic({port}, {args.events}, {args.gap_ms / 1000}))"
+                "import bench.gateway_overhead as b; "
+                f"b.serve_synthetic({port}, {args.events}, {args.gap_ms / 1000})"
             )
             children.append(subprocess.Popen([sys.executable, "-c", code]))
             upstream = f"http://127.0.0.1:{port}"
         _wait_ready(upstream, "/health")
-        gw_port = free_port()
-        env = {
-            **os.environ,
-            "GATEWAY_UPSTREAM_URL": upstream,
-            "GATEWAY_AUTH": "off",
-            "GATEWAY_PORT": str(gw_port),
-            "GATEWAY_HOST": "127.0.0.1",
-            "GATEWAY_SALT_SECRET": "bench",
-            "GATEWAY_LOG_LEVEL": "warning",
-        }
-        children.append(subprocess.Popen([sys.executable, "-m", "gateway"], env=env))
-        gateway = f"http://127.0.0.1:{gw_port}"
-        _wait_ready(gateway, "/healthz")
+        urls = {DIRECT: upstream}
+        gateways: dict[str, subprocess.Popen[bytes]] = {}
+        for client in [c for c in args.clients.split(",") if c] or [None]:
+            child, url = _start_gateway(upstream, client)
+            children.append(child)
+            _wait_ready(url, "/healthz")
+            name = "gw-" + client if client else "gateway"
+            urls[name], gateways[name] = url, child
+        kind = "vLLM" if args.vllm_url else f"synthetic, {args.gap_ms:g} ms token gap"
         print(
-            f"upstream {upstream} ({'vLLM' if args.vllm_url else 'synthetic'}), "
-            f"{args.events} tokens/stream, {args.rounds} interleaved rounds"
+            f"upstream {upstream} ({kind}), {args.events} tokens/stream, "
+            f"{args.rounds} measured rounds per path, interleaved; {os.cpu_count()} CPUs, "
+            f"load average {os.getloadavg()[0]:.2f}"
         )
-        asyncio.run(_measure(upstream, gateway, args.rounds, args.events))
+        body = _body(args.model if args.vllm_url else "tiny", args.events)
+        asyncio.run(_measure(urls, levels, args.rounds, body))
+        if args.py_spy:
+            name, child = next(iter(gateways.items()))
+            _profile(urls[name], child.pid, levels[-1], body, args.py_spy, args.profile_seconds)
     finally:
         for child in children:
             child.terminate()

@@ -40,7 +40,7 @@ from gateway.tenancy import (
     read_key_entries,
 )
 from gateway.thermal import ThermalGuard
-from gateway.upstream import make_client, make_upstream
+from gateway.upstream import UpstreamClient, make_client, make_upstream, make_upstream_client
 
 JSON_ROUTES = (
     "/v1/chat/completions",
@@ -98,7 +98,10 @@ def _admission(settings: GatewaySettings) -> Admission:
 
 
 def _lifespan(
-    client: httpx.AsyncClient, settings: GatewaySettings, guard: ThermalGuard
+    client: httpx.AsyncClient,
+    upstream: UpstreamClient,
+    settings: GatewaySettings,
+    guard: ThermalGuard,
 ) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -108,6 +111,7 @@ def _lifespan(
                 group.start_soon(guard.poll_forever, client, url, settings.thermal_poll_seconds)
             yield
             group.cancel_scope.cancel()
+        await upstream.aclose()
         await client.aclose()
 
     return lifespan
@@ -129,9 +133,10 @@ def create_app(
     metrics.concurrency_limit.set(settings.max_concurrency)
     preparer = _preparer(settings, metrics)
     client = make_client(settings, transport)
+    upstream = make_upstream_client(settings, transport)
     admission = _admission(settings)
     deps = ProxyDeps(
-        make_upstream(settings, client), admission, metrics, settings.retry_after_seconds
+        make_upstream(settings, upstream), admission, metrics, settings.retry_after_seconds
     )
     guard = ThermalGuard(
         admission,
@@ -144,7 +149,7 @@ def create_app(
         title="sparkserve gateway",
         docs_url=None,
         redoc_url=None,
-        lifespan=_lifespan(client, settings, guard),
+        lifespan=_lifespan(client, upstream, settings, guard),
     )
     _add_routes(app, preparer, deps)
     Probes(settings, client, registry).add_to(app)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -25,7 +24,7 @@ from gateway.errors import GatewayError, Overloaded, UpstreamError
 from gateway.metrics import GatewayMetrics
 from gateway.sse import EventSplitter, StreamObserver
 from gateway.tenancy import Principal
-from gateway.upstream import Upstream, response_headers, translate
+from gateway.upstream import Upstream, UpstreamResponse, response_headers
 
 
 @dataclass(frozen=True)
@@ -100,19 +99,16 @@ class ProxyResponse(Response):
 
     async def _exchange(self, send: Send) -> None:
         fwd, upstream = self.forward, self.deps.upstream
-        request = upstream.client.build_request(
-            fwd.method,
-            upstream.url(fwd.path),
-            content=fwd.body,
-            headers=[*fwd.headers, *upstream.headers.items()],
-        )
+        headers = [*fwd.headers, *upstream.headers.items()]
         try:
-            response = await upstream.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            await self._fail(send, translate(exc, self.deps.retry_after_seconds))
+            response = await upstream.client.send(
+                fwd.method, upstream.url(fwd.path), headers, fwd.body
+            )
+        except UpstreamError as exc:
+            await self._fail(send, exc)
             return
         try:
-            if fwd.stream and _is_event_stream(response):
+            if fwd.stream and response.content_type.startswith("text/event-stream"):
                 await self._relay_events(response, send)
             else:
                 await self._relay_body(response, send)
@@ -124,37 +120,36 @@ class ProxyResponse(Response):
         self.deps.metrics.upstream_errors.labels(error.kind).inc()
         await send_error(send, error)
 
-    def _start(self, response: httpx.Response) -> dict[str, Any]:
-        headers = response_headers(response.headers.raw)
+    def _start(self, response: UpstreamResponse) -> dict[str, Any]:
+        headers = response_headers(response.raw_headers)
         headers += [(k.encode(), v.encode()) for k, v in self.forward.extra_headers.items()]
-        return {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        return {"type": "http.response.start", "status": response.status, "headers": headers}
 
-    async def _relay_body(self, response: httpx.Response, send: Send) -> None:
+    async def _relay_body(self, response: UpstreamResponse, send: Send) -> None:
         try:
-            body = b"".join([chunk async for chunk in response.aiter_raw()])
-        except httpx.HTTPError as exc:
-            await self._fail(send, translate(exc, self.deps.retry_after_seconds))
+            body = b"".join([chunk async for chunk in response.chunks()])
+        except UpstreamError as exc:
+            await self._fail(send, exc)
             return
         start = self._start(response)
         start["headers"].append((b"content-length", str(len(body)).encode()))
         if self.forward.generation:
-            self._finish(_usage_of(response, body))
+            self._finish(_usage_of(response.status, body))
         await send(start)
         await send({"type": "http.response.body", "body": body})
 
-    async def _relay_events(self, response: httpx.Response, send: Send) -> None:
+    async def _relay_events(self, response: UpstreamResponse, send: Send) -> None:
         metrics = self.deps.metrics
         observer = StreamObserver(self.forward.drop_usage, metrics.inter_token_latency.observe)
         splitter = EventSplitter()
         await send(self._start(response))
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in response.chunks():
                 out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
             tail = splitter.rest()
-        except httpx.HTTPError as exc:
-            error = translate(exc, self.deps.retry_after_seconds)
+        except UpstreamError as error:
             metrics.upstream_errors.labels(error.kind).inc()
             tail = splitter.rest() + sse_error_event(error)
         if observer.first_event_at is not None:
@@ -183,16 +178,12 @@ async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> N
     scope.cancel()
 
 
-def _is_event_stream(response: httpx.Response) -> bool:
-    return str(response.headers.get("content-type", "")).startswith("text/event-stream")
-
-
 def _count(value: object) -> int:
     return value if isinstance(value, int) and value > 0 else 0
 
 
-def _usage_of(response: httpx.Response, body: bytes) -> dict[str, Any] | None:
-    if response.status_code != 200 or b'"usage"' not in body:
+def _usage_of(status: int, body: bytes) -> dict[str, Any] | None:
+    if status != 200 or b'"usage"' not in body:
         return None
     try:
         payload = json.loads(body)

@@ -1,13 +1,21 @@
-"""The HTTP client to vLLM, header filtering, and httpx errors → `GatewayError`s."""
+"""The seam to vLLM: the `UpstreamClient` protocol, its choice, and header filtering.
+
+The proxy talks to vLLM only through `UpstreamClient.send`, which returns an
+`UpstreamResponse` (status, raw headers, body chunks as they arrive) and raises
+only `UpstreamError`s.  `GATEWAY_UPSTREAM_CLIENT` picks the implementation
+(`gateway.clients`); an injected httpx transport means httpx over it.  Probes and
+the thermal poll use a separate small httpx client (`make_client`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx
 
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.clients import WRITE_TIMEOUT_SECONDS, AiohttpUpstream, HttpxUpstream
 from gateway.settings import GatewaySettings
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway sets itself.
@@ -29,14 +37,31 @@ HOP_BY_HOP = frozenset(
 REQUEST_DROPPED = HOP_BY_HOP | {"authorization", "cookie", "accept-encoding", "x-session-id"}
 # Set again by uvicorn, or no longer true once the gateway rewrote the stream.
 RESPONSE_DROPPED = HOP_BY_HOP | {"date", "server"}
-WRITE_TIMEOUT_SECONDS = 30.0
+
+
+class UpstreamResponse(Protocol):
+    status: int
+    raw_headers: Sequence[tuple[bytes, bytes]]
+    content_type: str
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class UpstreamClient(Protocol):
+    async def send(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes | None
+    ) -> UpstreamResponse: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True)
 class Upstream:
     """Where and how to reach vLLM."""
 
-    client: httpx.AsyncClient
+    client: UpstreamClient
     base_url: str
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -47,20 +72,35 @@ class Upstream:
 def make_client(
     settings: GatewaySettings, transport: httpx.AsyncBaseTransport | None
 ) -> httpx.AsyncClient:
+    """The control-plane client: `/readyz`, health checks, the thermal poll."""
     timeout = httpx.Timeout(
         connect=settings.connect_timeout_seconds,
         read=settings.read_timeout_seconds,
         write=WRITE_TIMEOUT_SECONDS,
         pool=settings.queue_timeout_seconds,
     )
-    # Admission bounds concurrency; the pool must never be the bottleneck.
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=settings.max_concurrency)
-    if transport is None:
-        transport = httpx.AsyncHTTPTransport(limits=limits)
-    return httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits)
+    return httpx.AsyncClient(transport=transport, timeout=timeout)
 
 
-def make_upstream(settings: GatewaySettings, client: httpx.AsyncClient) -> Upstream:
+def make_upstream_client(
+    settings: GatewaySettings, transport: httpx.AsyncBaseTransport | None
+) -> UpstreamClient:
+    """The data-plane client to vLLM (`GATEWAY_UPSTREAM_CLIENT`; httpx when given a transport)."""
+    connect, read = settings.connect_timeout_seconds, settings.read_timeout_seconds
+    retry_after = settings.retry_after_seconds
+    if transport is not None or settings.upstream_client == "httpx":
+        return HttpxUpstream(
+            transport,
+            connect_timeout_seconds=connect,
+            read_timeout_seconds=read,
+            retry_after_seconds=retry_after,
+        )
+    return AiohttpUpstream(
+        connect_timeout_seconds=connect, read_timeout_seconds=read, retry_after_seconds=retry_after
+    )
+
+
+def make_upstream(settings: GatewaySettings, client: UpstreamClient) -> Upstream:
     headers = {"accept-encoding": "identity"}
     if settings.upstream_api_key is not None:
         headers["authorization"] = "Bearer " + settings.upstream_api_key.get_secret_value()
@@ -85,15 +125,3 @@ def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, by
         for name, value in raw
         if name.lower().decode("latin-1") not in RESPONSE_DROPPED
     ]
-
-
-def translate(exc: httpx.HTTPError, retry_after_seconds: int) -> UpstreamError:
-    """One mapping of transport failures: connect → 503, timeout → 504, others → 502."""
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-        return UpstreamUnavailable(
-            "The model server is not reachable; retry later.",
-            retry_after_seconds=retry_after_seconds,
-        )
-    if isinstance(exc, httpx.TimeoutException):
-        return UpstreamTimeout("The model server did not answer in time.")
-    return UpstreamError(f"The model server broke the connection ({type(exc).__name__}).")

@@ -1,0 +1,177 @@
+"""The two upstream HTTP clients behind the `UpstreamClient` seam, and their errors.
+
+`AiohttpUpstream` (the default, chosen by measurement — docs/gateway.md,
+"Overhead") reads vLLM's responses with aiohttp's C HTTP parser and a plain
+keep-alive connector; `HttpxUpstream` runs over an httpx transport (tests inject
+`httpx.MockTransport` for error paths).  Each translates its own transport
+failures once, into the gateway's errors: connect → 503, timeout → 504,
+anything else → 502.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import aiohttp
+import httpx
+
+from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+
+WRITE_TIMEOUT_SECONDS = 30.0
+
+
+def _unavailable(retry_after_seconds: int) -> UpstreamUnavailable:
+    return UpstreamUnavailable(
+        "The model server is not reachable; retry later.", retry_after_seconds=retry_after_seconds
+    )
+
+
+def _timeout() -> UpstreamTimeout:
+    return UpstreamTimeout("The model server did not answer in time.")
+
+
+def _broken(exc: BaseException) -> UpstreamError:
+    return UpstreamError(f"The model server broke the connection ({type(exc).__name__}).")
+
+
+def translate_httpx(exc: httpx.HTTPError, retry_after_seconds: int) -> UpstreamError:
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return _unavailable(retry_after_seconds)
+    if isinstance(exc, httpx.TimeoutException):
+        return _timeout()
+    return _broken(exc)
+
+
+def translate_aiohttp(exc: BaseException, retry_after_seconds: int) -> UpstreamError:
+    # ConnectionTimeoutError is also a TimeoutError: test the connect failures first.
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return _unavailable(retry_after_seconds)
+    if isinstance(exc, TimeoutError):
+        return _timeout()
+    return _broken(exc)
+
+
+class HttpxResponse:
+    def __init__(self, response: httpx.Response, retry_after_seconds: int) -> None:
+        self._response = response
+        self._retry_after = retry_after_seconds
+        self.status = response.status_code
+        self.raw_headers: Sequence[tuple[bytes, bytes]] = response.headers.raw
+        self.content_type = response.headers.get("content-type", "")
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise translate_httpx(exc, self._retry_after) from None
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class HttpxUpstream:
+    """httpx over the given (or a default) transport."""
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None,
+        *,
+        connect_timeout_seconds: float,
+        read_timeout_seconds: float,
+        retry_after_seconds: int,
+    ) -> None:
+        timeout = httpx.Timeout(
+            connect=connect_timeout_seconds,
+            read=read_timeout_seconds,
+            write=WRITE_TIMEOUT_SECONDS,
+            pool=None,
+        )
+        # Admission bounds concurrency; the pool must never be the bottleneck.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        self._client = httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits)
+        self._retry_after = retry_after_seconds
+
+    async def send(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes | None
+    ) -> HttpxResponse:
+        request = self._client.build_request(method, url, content=body, headers=headers)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise translate_httpx(exc, self._retry_after) from None
+        return HttpxResponse(response, self._retry_after)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class AiohttpResponse:
+    def __init__(self, response: aiohttp.ClientResponse, retry_after_seconds: int) -> None:
+        self._response = response
+        self._retry_after = retry_after_seconds
+        self.status = response.status
+        self.raw_headers: Sequence[tuple[bytes, bytes]] = response.raw_headers
+        self.content_type = response.headers.get("content-type", "")
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise translate_aiohttp(exc, self._retry_after) from None
+
+    async def aclose(self) -> None:
+        # A response read to its end goes back to the pool; one cut short is closed,
+        # so vLLM sees the disconnect and aborts the request.
+        if self._response.content.at_eof():
+            self._response.release()
+        else:
+            self._response.close()
+
+
+class AiohttpUpstream:
+    """aiohttp with an unlimited keep-alive connector; the session is made on first use
+    (it must be created inside the running event loop)."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_seconds: float,
+        read_timeout_seconds: float,
+        retry_after_seconds: int,
+    ) -> None:
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout_seconds, sock_read=read_timeout_seconds
+        )
+        self._retry_after = retry_after_seconds
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                # Admission bounds concurrency; the pool must never be the bottleneck.
+                connector=aiohttp.TCPConnector(limit=0, use_dns_cache=True),
+                timeout=self._timeout,
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
+
+    async def send(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes | None
+    ) -> AiohttpResponse:
+        try:
+            response = await self._open().request(
+                method, url, data=body, headers=headers, allow_redirects=False
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise translate_aiohttp(exc, self._retry_after) from None
+        return AiohttpResponse(response, self._retry_after)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            await asyncio.sleep(0)  # let the connector close its sockets
