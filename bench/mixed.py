@@ -29,8 +29,9 @@ PROBE_DECODE_TOKENS = 16
 # Decode streams run this many times the solo prefill time past the lead tokens: next
 # to decodes a prefill runs several times slower than alone (4× seen on 2 CPU cores).
 OUTLAST_FACTOR = 8.0
-# Floor of the probe's time per token: small models stream tokens in bursts (≈0 apart).
-MIN_TOKEN_S = 0.001
+# Floor of the probe's time per token: small models stream tokens in bursts (≈0 apart)
+# and decode a token in well under a millisecond; the budget is then the room left.
+MIN_TOKEN_S = 0.0001
 OUTPUT_MARGIN_TOKENS = 64
 
 

@@ -32,7 +32,7 @@ def test_agent_loop_timestamp_is_the_only_volatile_part_of_the_system_prompt():
 
 def test_decode_budget_outlasts_the_probe_prefill_within_the_room():
     assert decode_budget(TINY, prefill_s=1.0, itl_s=0.01, room=10_000) == 4 + 800
-    assert decode_budget(TINY, prefill_s=1.0, itl_s=0.0, room=10_000) == 4 + 8000  # bursts
+    assert decode_budget(TINY, prefill_s=1.0, itl_s=0.0, room=100_000) == 4 + 80_000  # bursts
     assert decode_budget(TINY, prefill_s=100.0, itl_s=0.01, room=500) == 500
 
 
