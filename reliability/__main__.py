@@ -1,0 +1,5 @@
+import sys
+
+from reliability.cli import main
+
+sys.exit(main())

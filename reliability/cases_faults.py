@@ -1,0 +1,268 @@
+"""Faults: a stalled or flooding upstream, client disconnects, a gateway crash, vLLM killed."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import httpx
+
+from reliability.client import (
+    StreamOutcome,
+    StreamPlan,
+    bearer,
+    completion_body,
+    prompt_ids,
+    send,
+    stream,
+)
+from reliability.context import Ctx
+from reliability.events import is_openai_error, parse_json
+from reliability.procs import group_members, rss_bytes
+from reliability.report import CaseResult, verdict
+from reliability.stack import EDGE_READ_TIMEOUT_SECONDS
+from reliability.stats import MIB, mib
+
+GROUP = "faults"
+COMPLETIONS = "/v1/completions"
+TIMEOUT_SLACK_SECONDS = 3.0
+SLOW_CLIENT_RSS_LIMIT_BYTES = 32 * MIB
+SLOW_READ_PAUSE_SECONDS = 0.25
+ENTRYPOINT_EXIT_LIMIT_SECONDS = 5.0
+ERROR_END_LIMIT_SECONDS = 10.0
+RECOVERY_LIMIT_SECONDS = 600.0
+LONG_GENERATION_TOKENS = 3000
+
+
+async def stalled_upstream(ctx: Ctx) -> CaseResult:
+    """The edge gateway (read timeout 2 s) in front of an upstream that never answers."""
+    url, key = ctx.stack.edge_url + COMPLETIONS, bearer(ctx.stack.creds.edge_key)
+    body = {"model": "stall-headers", "prompt": "x", "max_tokens": 1}
+    reply = await send(ctx.client, "POST", url, headers=key, json_body=body)
+    payload = parse_json(reply.body)
+    headers_ok = reply.status == 504 and is_openai_error(payload)
+    body = {"model": "stall-stream", "prompt": "x", "max_tokens": 1, "stream": True}
+    outcome = await stream(ctx.client, url, body, key, StreamPlan(timeout_s=30))
+    code = (outcome.tally.error or {}).get("code")
+    stream_seconds = outcome.ended - outcome.started
+    stream_ok = outcome.status == 200 and code == "upstream_timeout" and not outcome.tally.malformed
+    limit = EDGE_READ_TIMEOUT_SECONDS + TIMEOUT_SLACK_SECONDS
+    in_time = reply.seconds <= limit and stream_seconds <= limit
+    figure = (
+        f"no answer: {reply.status} after {reply.seconds:.1f} s; stalled stream: "
+        f"error event {code} after {stream_seconds:.1f} s (read timeout "
+        f"{EDGE_READ_TIMEOUT_SECONDS:g} s)"
+    )
+    ok = headers_ok and stream_ok and in_time
+    detail = (
+        "" if ok else f"headers {reply.status} {reply.body[:120]!r}; stream {outcome.status} {code}"
+    )
+    return CaseResult(GROUP, "upstream-stalled", figure, verdict(ok), detail)
+
+
+async def slow_client(ctx: Ctx) -> CaseResult:
+    """A client reading a firehose stream slowly: the gateway's memory stays bounded."""
+    window = 6.0 if ctx.short else 20.0
+    edge = ctx.stack.pid("edge")
+    url, key = ctx.stack.edge_url + COMPLETIONS, bearer(ctx.stack.creds.edge_key)
+    before = rss_bytes(edge)
+    peak = before
+    read = 0
+    body = {"model": "firehose", "prompt": "x", "stream": True}
+    started = time.monotonic()
+    cut_by_gateway = True
+    async with ctx.client.stream("POST", url, json=body, headers=key) as response:
+        async for chunk in response.aiter_raw():
+            read += len(chunk)
+            peak = max(peak, rss_bytes(edge))
+            if time.monotonic() - started > window:
+                cut_by_gateway = False
+                break
+            await asyncio.sleep(SLOW_READ_PAUSE_SECONDS)
+    stats = (await ctx.client.get(ctx.stack.fake_url + "/stats")).json()
+    sent = int(stats["firehose_bytes"])
+    growth = peak - before
+    figure = (
+        f"edge gateway RSS peak {mib(growth)} over {window:g} s; upstream sent "
+        f"{sent / MIB:.1f} MiB, client read {read / MIB:.1f} MiB; stream "
+        + (f"cut after {time.monotonic() - started:.0f} s" if cut_by_gateway else "not cut")
+    )
+    ok = growth <= SLOW_CLIENT_RSS_LIMIT_BYTES and response.status_code == 200
+    detail = "" if ok else f"RSS grew {mib(growth)} (limit 32 MiB) or status {response.status_code}"
+    return CaseResult(
+        GROUP,
+        "slow-client",
+        figure,
+        verdict(ok),
+        detail or ("" if cut_by_gateway else f"a slow reader is not cut within {window:g} s"),
+        data={"sent_bytes": sent, "read_bytes": read, "rss_growth": growth},
+    )
+
+
+async def _long_streams(
+    ctx: Ctx, count: int, plan: StreamPlan
+) -> list[asyncio.Task[StreamOutcome]]:
+    def body() -> dict[str, object]:
+        return completion_body(prompt_ids(ctx.rng, 64), LONG_GENERATION_TOKENS)
+
+    return [
+        asyncio.create_task(stream(ctx.client, ctx.url(COMPLETIONS), body(), ctx.alice, plan))
+        for _ in range(count)
+    ]
+
+
+async def disconnects(ctx: Ctx) -> CaseResult:
+    """Many streams cut by their clients after a few tokens: vLLM idle, KV back to baseline."""
+    count = 8 if ctx.short else 16
+    _, _, idle = await ctx.settle(0.0)
+    tasks = await _long_streams(ctx, count, StreamPlan(stop_after_tokens=3))
+    outcomes = await asyncio.gather(*tasks)
+    cut_at = time.monotonic()
+    peak, seconds, last = await ctx.settle(idle.kv_usage)
+    got_tokens = sum(1 for o in outcomes if o.tally.tokens >= 3)
+    figure = (
+        f"{count} streams cut after 3 tokens ({got_tokens} reached it): running "
+        f"{peak.running:.0f}→{last.running:.0f}, waiting →{last.waiting:.0f} in "
+        f"{seconds:.1f} s; KV {idle.kv_usage:.1%}→{last.kv_usage:.1%}"
+    )
+    ok = last.idle_near(idle.kv_usage) and got_tokens == count
+    del cut_at
+    return CaseResult(
+        GROUP,
+        "client-disconnects",
+        figure,
+        verdict(ok),
+        "" if ok else "vLLM still busy or KV not back after 20 s",
+    )
+
+
+def _clean_end(outcome: StreamOutcome) -> bool:
+    """A connection error, or a stream that ends without [DONE]; never a malformed event."""
+    tally = outcome.tally
+    return not outcome.hung and not tally.malformed and not tally.truncated_event and not tally.done
+
+
+async def _first_tokens(
+    tasks: list[asyncio.Task[StreamOutcome]], events: list[asyncio.Event]
+) -> None:
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), timeout=120)
+    del tasks
+
+
+async def _until_ok(ctx: Ctx, limit_s: float) -> float | None:
+    """Poll one small request through the gateway until 200; seconds taken, None if never."""
+    started = time.monotonic()
+    body = {**completion_body(prompt_ids(ctx.rng, 8), 2), "stream": False}
+    while time.monotonic() - started < limit_s:
+        try:
+            reply = await send(
+                ctx.client,
+                "POST",
+                ctx.url(COMPLETIONS),
+                headers=ctx.alice,
+                json_body=body,
+                timeout_s=30,
+            )
+            if reply.status == 200:
+                return time.monotonic() - started
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(0.25)
+    return None
+
+
+async def gateway_restart(ctx: Ctx) -> CaseResult:
+    """SIGKILL the gateway under 4 streams, start it again: clean ends, then service."""
+    events = [asyncio.Event() for _ in range(4)]
+    tasks = [t for e in events for t in await _long_streams(ctx, 1, StreamPlan(first_token=e))]
+    await _first_tokens(tasks, events)
+    gateway = ctx.stack.procs["gateway"]
+    killed_at = time.monotonic()
+    gateway.signal(signal.SIGKILL)
+    outcomes = await asyncio.gather(*tasks)
+    gateway.wait_exit(10)
+    ctx.stack.start_gateway()
+    back = await _until_ok(ctx, 60)
+    _, _, last = await ctx.settle(0.0)
+    clean = sum(_clean_end(o) for o in outcomes)
+    ends = sorted(
+        {o.transport_error or ("no [DONE]" if not o.tally.done else "[DONE]") for o in outcomes}
+    )
+    figure = (
+        f"{clean}/4 in-flight ended cleanly ({', '.join(ends)}), 0 malformed events; "
+        f"serving again {back:.1f} s after restart; vLLM running {last.running:.0f}"
+        if back is not None
+        else f"{clean}/4 clean; never served again"
+    )
+    ok = clean == 4 and back is not None and last.running == 0
+    del killed_at
+    return CaseResult(GROUP, "gateway-restart", figure, verdict(ok))
+
+
+def _clear_error(outcome: StreamOutcome) -> bool:
+    """A 502/503 status, or a 200 stream ending in an error event without [DONE]."""
+    if outcome.hung or outcome.tally.malformed:
+        return False
+    if outcome.status in (502, 503):
+        return True
+    return outcome.status == 200 and outcome.tally.error is not None and not outcome.tally.done
+
+
+async def _wait_exit(ctx: Ctx) -> tuple[int | None, float]:
+    started = time.monotonic()
+    code = await asyncio.to_thread(ctx.stack.procs["entrypoint"].wait_exit, 30)
+    return code, time.monotonic() - started
+
+
+async def kill_vllm(ctx: Ctx) -> CaseResult:
+    """kill -9 the vLLM API server under load; the entrypoint exits, a new one serves again."""
+    stack = ctx.stack
+    events = [asyncio.Event() for _ in range(4)]
+    tasks = [t for e in events for t in await _long_streams(ctx, 1, StreamPlan(first_token=e))]
+    await _first_tokens(tasks, events)
+    child = stack.vllm_child()
+    if child is None:
+        return CaseResult(GROUP, "vllm-killed", "no vLLM child found", "FAIL")
+    gateway_pid, vllm_group = stack.pid("gateway"), child.pid
+    killed_at = time.monotonic()
+    child.send_signal(signal.SIGKILL)
+    (code, exit_seconds), outcomes = await asyncio.gather(_wait_exit(ctx), asyncio.gather(*tasks))
+    errors_by = max(o.ended for o in outcomes) - killed_at
+    outage = await send(
+        ctx.client,
+        "POST",
+        ctx.url(COMPLETIONS),
+        headers=ctx.alice,
+        json_body={**completion_body([5, 6, 7], 2), "stream": False},
+    )
+    orphans = len(group_members({vllm_group}))
+    stack.start_entrypoint()
+    await asyncio.to_thread(stack.wait_ready)
+    back = await _until_ok(ctx, 60)
+    recovery = time.monotonic() - killed_at if back is not None else None
+    clear = sum(_clear_error(o) for o in outcomes)
+    figure = (
+        f"{clear}/4 in-flight got a clear error within {errors_by:.1f} s; entrypoint exit "
+        f"{code} after {exit_seconds:.1f} s; during outage {outage.status}; "
+        f"{orphans} vLLM processes left; recovered "
+        + (f"{recovery:.0f} s after the kill" if recovery else "never")
+        + (", gateway not restarted" if stack.pid("gateway") == gateway_pid else "")
+    )
+    ok = (
+        clear == 4
+        and errors_by <= ERROR_END_LIMIT_SECONDS
+        and code not in (None, 0)
+        and exit_seconds <= ENTRYPOINT_EXIT_LIMIT_SECONDS
+        and outage.status in (502, 503)
+        and orphans == 0
+        and recovery is not None
+        and stack.pid("gateway") == gateway_pid
+    )
+    return CaseResult(
+        GROUP,
+        "vllm-killed",
+        figure,
+        verdict(ok),
+        data={"recovery_seconds": recovery, "exit_code": code},
+    )
