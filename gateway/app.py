@@ -27,6 +27,7 @@ from gateway.errors import ConfigError, GatewayError, MethodNotAllowed, NotFound
 from gateway.layout import VolatileMatcher
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import RequestMetrics, rejection_reason
+from gateway.openapi import json_route, plain_route
 from gateway.prepare import Preparer
 from gateway.probes import Probes
 from gateway.proxy import ProxyDeps, ProxyResponse
@@ -49,12 +50,6 @@ JSON_ROUTES = (
     "/v1/responses",
     "/tokenize",
 )
-JSON_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"type": "object"}}},
-    }
-}
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -161,14 +156,17 @@ def create_app(
 def _add_routes(app: FastAPI, preparer: Preparer, deps: ProxyDeps) -> None:
     for path in JSON_ROUTES:
         app.add_api_route(
-            path, _json_handler(preparer, deps, path), methods=["POST"], openapi_extra=JSON_BODY
+            path,
+            _json_handler(preparer, deps, path),
+            methods=["POST"],
+            openapi_extra=json_route(path),
         )
 
     async def models(request: Request) -> Response:
         principal = preparer.principal(request)
         return ProxyResponse(deps, preparer.plain(request, "/v1/models", principal))
 
-    app.add_api_route("/v1/models", models, methods=["GET"])
+    app.add_api_route("/v1/models", models, methods=["GET"], openapi_extra=plain_route())
 
 
 def _json_handler(preparer: Preparer, deps: ProxyDeps, path: str) -> Handler:

@@ -144,11 +144,17 @@ def _substitute_content(
     return content
 
 
+def _role(message: Any) -> str | None:
+    """A message's role when it is a string (clients send anything; vLLM judges)."""
+    role = message.get("role") if isinstance(message, dict) else None
+    return role if isinstance(role, str) else None
+
+
 def _target_index(messages: list[Any]) -> int | None:
     """The last user/tool message: the end of the prompt in every common template."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if isinstance(message, dict) and message.get("role") in TARGET_ROLES:
+        if _role(message) in TARGET_ROLES:
             return index
     return None
 
@@ -172,7 +178,7 @@ def move_volatile(messages: list[Any], matcher: VolatileMatcher, report: LayoutR
     moved: Counter[str] = Counter()
     rewritten = []
     for index, message in enumerate(messages):
-        if index < target and isinstance(message, dict) and message.get("role") in STABLE_ROLES:
+        if index < target and _role(message) in STABLE_ROLES:
             content = _substitute_content(message.get("content"), matcher, values, moved)
             message = {**message, "content": content}
         rewritten.append(message)

@@ -43,6 +43,7 @@ class FakeVLLM:
                 Route("/v1/chat/completions", self.generate, methods=["POST"]),
                 Route("/v1/completions", self.generate, methods=["POST"]),
                 Route("/v1/embeddings", self.echo, methods=["POST"]),
+                Route("/v1/responses", self.echo, methods=["POST"]),
                 Route("/tokenize", self.echo, methods=["POST"]),
             ]
         )
@@ -65,9 +66,10 @@ class FakeVLLM:
         if body.get("model") == "missing":
             error = {"message": "The model `missing` does not exist.", "type": "NotFoundError"}
             return JSONResponse({"error": error}, status_code=404)
-        if not body.get("stream"):
+        if body.get("stream") is not True:
             return JSONResponse(_completion(), headers={"x-upstream": "yes"})
-        usage = (body.get("stream_options") or {}).get("include_usage") is True
+        options = body.get("stream_options")
+        usage = isinstance(options, dict) and options.get("include_usage") is True
         return StreamingResponse(
             self._stream(request, usage),
             media_type="text/event-stream",

@@ -137,3 +137,10 @@ def test_idempotent_and_turns_preserved(msgs: list[dict[str, Any]]) -> None:
     for before, after in zip(msgs, once["messages"], strict=True):
         if before["role"] not in ("system", "developer"):
             assert after["content"].startswith(before["content"])
+
+
+def test_roles_that_are_not_strings_are_left_alone() -> None:
+    """Found by the schemathesis fuzz: a list as role was a 500 (unhashable)."""
+    body = {"messages": [{"role": ["system"], "content": "at 2025-01-01T10:00:00Z"}]}
+    sent, report = rewrite_chat(body, VolatileMatcher({}))
+    assert sent["messages"] == body["messages"] and report.header() == "unchanged"
