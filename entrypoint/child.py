@@ -1,4 +1,5 @@
-"""The vLLM child: its own process group, its output forwarded line by line.
+"""The vLLM child (and `ray start` on a cluster node): its own process group, its
+output forwarded line by line.
 
 Stopping it signals the whole group (the API server and its EngineCore
 processes): SIGTERM, wait the grace period, SIGKILL; then any process left in the
@@ -52,10 +53,17 @@ class VLLMChild:
     """A started vLLM; `poll()` is None while it runs."""
 
     def __init__(
-        self, launch: Launch, console: Console, watcher: LogWatcher, environ: dict[str, str]
+        self,
+        launch: Launch,
+        console: Console,
+        watcher: LogWatcher,
+        environ: dict[str, str],
+        forward: Callable[[str], None] | None = None,
     ) -> None:
+        """`forward` prints each line (default: console.vllm; `ray start` uses console.ray)."""
         self._console = console
         self._watcher = watcher
+        self._print = forward or console.vllm
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._tail_lock = threading.Lock()
         self.proc = subprocess.Popen(
@@ -83,7 +91,7 @@ class VLLMChild:
         line = text.rsplit("\r", 1)[-1]  # progress bars redraw with \r
         with self._tail_lock:
             self._tail.append(line)
-        self._console.vllm(line)
+        self._print(line)
         for message in self._watcher.feed(line):
             self._console.phase(message)
 

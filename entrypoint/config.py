@@ -13,6 +13,7 @@ from typing import Any
 
 from budget.options import CUDAGRAPH_MODES, DEFAULT_MODEL, DEVICES, KV_CACHE_DTYPES
 from entrypoint import parsers
+from entrypoint.cluster_options import cluster_options
 from entrypoint.errors import ConfigError
 
 ENV_PREFIX = "SPARKSERVE_"
@@ -49,7 +50,7 @@ class Option:
             raise ConfigError(f"{source}={shown}: {exc}") from None
 
 
-OPTIONS: tuple[Option, ...] = (
+SERVING_OPTIONS: tuple[Option, ...] = (
     Option(
         "model",
         parsers.text,
@@ -235,6 +236,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 
+OPTIONS: tuple[Option, ...] = (*SERVING_OPTIONS, *cluster_options(Option))
+
 
 @dataclass(frozen=True)
 class EntrypointConfig:
@@ -268,6 +271,15 @@ class EntrypointConfig:
     unhealthy_exit_seconds: float
     stop_grace_seconds: float
     cache_dir: str | None
+    role: str
+    nodes: int | None
+    pp: int | None
+    head_address: str | None
+    ray_port: int
+    ray_extra_args: tuple[str, ...]
+    nccl_socket_ifname: str | None
+    gloo_socket_ifname: str | None
+    node_wait_timeout: float
 
 
 def load_config(
@@ -292,4 +304,13 @@ def check_consistency(config: EntrypointConfig) -> None:
     if config.port == config.control_port:
         raise ConfigError(
             f"SPARKSERVE_PORT and SPARKSERVE_CONTROL_PORT are both {config.port}; they must differ"
+        )
+    if config.role == "worker" and not config.head_address:
+        raise ConfigError(
+            "SPARKSERVE_ROLE=worker needs SPARKSERVE_HEAD_ADDRESS (the head's address)"
+        )
+    if config.role == "single" and (config.nodes or 1) > 1:
+        raise ConfigError(
+            f"SPARKSERVE_NODES={config.nodes} needs SPARKSERVE_ROLE=head on this node "
+            "(and SPARKSERVE_ROLE=worker on the others)"
         )

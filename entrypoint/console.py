@@ -1,4 +1,4 @@
-"""The entrypoint's own output: `[sparkserve]` lines and vLLM's lines under `[vllm]`.
+"""The entrypoint's own output: `[sparkserve]` lines; vLLM's under `[vllm]`, Ray's under `[ray]`.
 
 One lock keeps the main thread's and the forwarding thread's lines whole.
 """
@@ -11,6 +11,7 @@ from typing import TextIO
 
 OWN_PREFIX = "[sparkserve] "
 VLLM_PREFIX = "[vllm] "
+RAY_PREFIX = "[ray] "
 
 
 class Console:
@@ -33,6 +34,9 @@ class Console:
 
     def vllm(self, line: str) -> None:
         self._write(self._out, VLLM_PREFIX + line)
+
+    def ray(self, line: str) -> None:
+        self._write(self._out, RAY_PREFIX + line)
 
     def error(self, message: str) -> None:
         """The one line a failure is reported with (stderr)."""

@@ -1,7 +1,8 @@
 """The one exception base of the entrypoint; `cli.main` turns it into an exit code.
 
 Exit codes (DESIGN §2): 0 requested stop, 1 the plan does not fit, 2 bad
-configuration, 3 vLLM exited, died or never became healthy after start.
+configuration, 3 vLLM exited, died or never became healthy after start (or, on a
+Ray cluster, Ray did: nodes missing, head gone).
 """
 
 from __future__ import annotations
@@ -34,5 +35,11 @@ class DoesNotFitError(EntrypointError):
 
 class VLLMFailedError(EntrypointError):
     """vLLM exited, died, or did not become healthy in time."""
+
+    exit_code = EXIT_VLLM_FAILED
+
+
+class RayError(EntrypointError):
+    """Ray did not start, the cluster did not assemble in time, or this node lost the head."""
 
     exit_code = EXIT_VLLM_FAILED

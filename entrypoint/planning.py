@@ -61,6 +61,8 @@ def plan_options(config: EntrypointConfig, machine: Machine) -> PlanOptions:
         uma=machine.uma if custom else None,
         device=device,
         tp=config.tp,
+        pp=config.pp,
+        nodes=config.nodes,
         max_model_len=config.max_model_len,
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
@@ -112,6 +114,15 @@ def _serving_args(config: EntrypointConfig) -> list[str]:
     return args
 
 
+def interconnect_env(config: EntrypointConfig) -> dict[str, str]:
+    """NCCL/Gloo interface names for vLLM and Ray (only those that are set)."""
+    names = {
+        "NCCL_SOCKET_IFNAME": config.nccl_socket_ifname,
+        "GLOO_SOCKET_IFNAME": config.gloo_socket_ifname,
+    }
+    return {name: value for name, value in names.items() if value}
+
+
 def cache_env(cache_dir: str | None) -> dict[str, str]:
     if cache_dir is None:
         return {}
@@ -124,5 +135,5 @@ def build_launch(config: EntrypointConfig, plan: Plan, console_script: str | Non
         prefix=launcher_prefix(console_script),
         planned_args=planned,
         extra_args=config.vllm_extra_args,
-        env=cache_env(config.cache_dir),
+        env={**cache_env(config.cache_dir), **interconnect_env(config)},
     )

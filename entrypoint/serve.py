@@ -1,7 +1,8 @@
 """The two things `python -m entrypoint` does: `dry_run` and `serve`.
 
 Both detect the machine and build the plan; `serve` then runs pre-flight, opens
-the control endpoint and hands over to the Supervisor.
+the control endpoint and hands over to the Supervisor (on a Ray head, once the
+cluster is complete; a Ray worker only joins: see roles.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from entrypoint.metrics import build_registry
 from entrypoint.nvml import load_nvml, read_gpus
 from entrypoint.planning import Launch, build_launch, make_plan, vllm_console_script
 from entrypoint.preflight import check_model_dir, fit_problem, run_checks
+from entrypoint.ray_cluster import interconnect_summary, ray_launch
+from entrypoint.roles import check_role, expected_cluster, for_head, run_head, run_worker
 from entrypoint.signals import SignalFlag, StopRequested
 from entrypoint.state import Lifecycle
 from entrypoint.supervisor import Context, Supervisor
@@ -43,11 +46,18 @@ def prepare(config: EntrypointConfig, console: Console) -> Prepared:
     console.say(f"machine: {machine.describe()}")
     check_model_dir(config.model)
     plan = make_plan(config, machine)
-    return Prepared(machine, plan, build_launch(config, plan, vllm_console_script()))
+    check_role(config, plan)
+    launch = build_launch(config, plan, vllm_console_script())
+    return Prepared(machine, plan, for_head(launch, config) if config.role == "head" else launch)
 
 
 def dry_run(config: EntrypointConfig, console: Console) -> int:
     """Print the plan and the exact command; 1 when it does not fit (and not forced)."""
+    if config.role != "single":
+        console.raw(interconnect_summary(config))
+        console.raw("ray command: " + ray_launch(config).shown())
+    if config.role == "worker":
+        return 0
     prepared = prepare(config, console)
     console.raw(render_table(prepared.plan))
     console.raw("")
@@ -81,22 +91,39 @@ def _info(config: EntrypointConfig, prepared: Prepared, vllm_version: str) -> di
     }
 
 
+def preflight(config: EntrypointConfig, console: Console) -> tuple[Prepared, str]:
+    """Plan, checks and vLLM's own flag check: what to launch, and vLLM's version."""
+    prepared = prepare(config, console)
+    console.say("plan:\n" + render_table(prepared.plan))
+    run_checks(config, prepared.plan, prepared.machine, console)
+    parser, version = vllm_parser()
+    prepared = with_gdn_backend(prepared, known_flags(parser), console)
+    launch = prepared.launch
+    check_flags(launch.planned_args, launch.extra_args, (parser, version))
+    console.say(f"pre-flight ok: vLLM {version} knows every flag")
+    return prepared, version
+
+
 def serve(config: EntrypointConfig, console: Console, environ: dict[str, str]) -> int:
-    """Pre-flight, then launch and supervise vLLM; the exit code."""
+    """Pre-flight, then launch and supervise vLLM (on a head: after Ray); the exit code."""
     signals = SignalFlag()
     signals.install()
+    if config.role == "worker":
+        return run_worker(config, console, environ, signals)
     try:
-        prepared = prepare(config, console)
-        console.say("plan:\n" + render_table(prepared.plan))
-        run_checks(config, prepared.plan, prepared.machine, console)
-        parser, version = vllm_parser()
-        prepared = with_gdn_backend(prepared, known_flags(parser), console)
-        launch = prepared.launch
-        check_flags(launch.planned_args, launch.extra_args, (parser, version))
-        console.say(f"pre-flight ok: vLLM {version} knows every flag")
+        prepared, version = preflight(config, console)
         signals.check()
     except StopRequested as stop:
         return stop.exit_code
+    if config.role == "head":
+        return run_head(
+            config,
+            console,
+            environ,
+            signals,
+            expected_cluster(prepared.plan),
+            lambda: _supervise(config, console, environ, signals, prepared, version),
+        )
     return _supervise(config, console, environ, signals, prepared, version)
 
 

@@ -129,3 +129,34 @@ def test_no_secret_reaches_the_image():
     assert not re.search(r"(API_KEY|SALT|PASSWORD|TOKEN)\S*=", text)
     ignored = (ROOT / ".dockerignore").read_text().splitlines()
     assert ".env" in ignored
+
+
+MULTINODE_FILE = ROOT / "compose.multinode.yaml"
+
+
+def test_multinode_compose_matches_the_compose_spec(validator):
+    multinode = yaml.safe_load(MULTINODE_FILE.read_text())
+    errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(multinode)]
+    assert errors == []
+
+
+def test_multinode_compose_runs_head_and_worker_of_one_image_on_the_host_network(compose):
+    from entrypoint.config import OPTIONS
+
+    services = yaml.safe_load(MULTINODE_FILE.read_text())["services"]
+    assert {name: s["environment"]["SPARKSERVE_ROLE"] for name, s in services.items()} == {
+        "head": "head",
+        "worker": "worker",
+    }
+    known = {option.env for option in OPTIONS}
+    for name, service in services.items():
+        assert service["image"] == compose["services"]["vllm"]["image"], name
+        assert service["network_mode"] == "host" and service["profiles"] == [name]
+        assert service["healthcheck"]["test"] and service["restart"] == "unless-stopped", name
+        assert any(v["target"] == "/models" for v in service["volumes"] if isinstance(v, dict))
+        settings = {key for key in service["environment"] if key.startswith("SPARKSERVE_")}
+        assert settings <= known, f"{name}: {settings - known} are not entrypoint options"
+    assert "8001/ready" in " ".join(services["head"]["healthcheck"]["test"])
+    found = set(VARIABLE.findall(MULTINODE_FILE.read_text()))
+    for required in ("MODEL_DIR", "NODE_IP", "SPARKSERVE_HEAD_ADDRESS", "SPARKSERVE_NODES"):
+        assert (required, ":?") in found, f"{required} is required, with a message"

@@ -1,0 +1,159 @@
+"""Ray on a cluster node: the `ray start` command of each role, and the head's wait for nodes.
+
+`ray start … --block` runs as a supervised child in its own process group (like
+vLLM), so stopping it stops GCS, raylet and agents together. The head polls the
+cluster through `python -m entrypoint.ray_probe` (a separate process: the
+entrypoint never imports Ray) until the expected nodes and GPUs are alive.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from entrypoint.config import EntrypointConfig
+from entrypoint.console import Console
+from entrypoint.errors import PreflightError, RayError
+from entrypoint.planning import Launch, interconnect_env
+
+PROBE_TIMEOUT_SECONDS = 20.0  # ray.init retries an unreachable GCS for minutes
+WAIT_POLL_SECONDS = 2.0
+PROGRESS_EVERY_SECONDS = 30.0
+LOCAL_HEAD = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Expected:
+    nodes: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Node:
+    address: str
+    gpus: float
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    nodes: tuple[Node, ...]
+
+    @property
+    def gpus(self) -> float:
+        return sum(node.gpus for node in self.nodes)
+
+    def describe(self) -> str:
+        joined = ", ".join(f"{n.address} ({n.gpus:g} GPU)" for n in self.nodes) or "none"
+        return f"{len(self.nodes)} node(s), {self.gpus:g} GPU(s): {joined}"
+
+
+def ray_executable() -> str:
+    """The `ray` next to this Python (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).with_name("ray")
+    found = str(beside) if beside.exists() else shutil.which("ray")
+    if found is None:
+        raise PreflightError(
+            "SPARKSERVE_ROLE needs Ray, which is not installed here (pip install ray)"
+        )
+    return found
+
+
+def head_address(config: EntrypointConfig) -> str:
+    """Where the worker joins: SPARKSERVE_HEAD_ADDRESS, with SPARKSERVE_RAY_PORT unless given."""
+    address = config.head_address or LOCAL_HEAD
+    return address if ":" in address else f"{address}:{config.ray_port}"
+
+
+def ray_launch(config: EntrypointConfig) -> Launch:
+    """`ray start` for this node's role, in the foreground (--block)."""
+    if config.role == "head":
+        role_args: tuple[str, ...] = ("--head", "--port", str(config.ray_port))
+    else:
+        role_args = ("--address", head_address(config))
+    return Launch(
+        prefix=(ray_executable(), "start"),
+        planned_args=(*role_args, "--block"),
+        extra_args=config.ray_extra_args,
+        env={"RAY_USAGE_STATS_ENABLED": "0", **interconnect_env(config)},
+    )
+
+
+def interconnect_summary(config: EntrypointConfig, expected: Expected | None = None) -> str:
+    env = interconnect_env(config)
+    lines = [
+        f"role {config.role}: Ray GCS port {config.ray_port}"
+        + (f", joining {head_address(config)}" if config.role == "worker" else ""),
+        "  NCCL_SOCKET_IFNAME=" + env.get("NCCL_SOCKET_IFNAME", "unset (NCCL chooses)"),
+        "  GLOO_SOCKET_IFNAME=" + env.get("GLOO_SOCKET_IFNAME", "unset (Gloo chooses)"),
+        "  ray start extra args: " + (" ".join(config.ray_extra_args) or "none"),
+    ]
+    if expected is not None:
+        lines.append(
+            f"  waiting for {expected.nodes} node(s) and {expected.gpus} GPU(s), "
+            f"up to {config.node_wait_timeout:g} s (SPARKSERVE_NODE_WAIT_TIMEOUT)"
+        )
+    return "\n".join(lines)
+
+
+def probe_cluster(address: str) -> ClusterView | str:
+    """The alive nodes, or why they could not be read (Ray not up yet, say)."""
+    command = [sys.executable, "-m", "entrypoint.ray_probe", address]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"no answer from Ray at {address} within {PROBE_TIMEOUT_SECONDS:g} s"
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return lines[-1] if lines else f"probe exit code {done.returncode}"
+    nodes = json.loads(done.stdout.strip().splitlines()[-1])
+    return ClusterView(tuple(Node(str(n["address"]), float(n["gpus"])) for n in nodes))
+
+
+def missing(view: ClusterView, expected: Expected) -> str | None:
+    """What has not joined yet ("1 of 2 node(s) and 1 of 2 GPU(s)"), or None."""
+    gaps = []
+    if len(view.nodes) < expected.nodes:
+        gaps.append(f"{expected.nodes - len(view.nodes)} of {expected.nodes} node(s)")
+    if view.gpus < expected.gpus:
+        gaps.append(f"{expected.gpus - view.gpus:g} of {expected.gpus} GPU(s)")
+    return " and ".join(gaps) or None
+
+
+def wait_for_cluster(
+    probe: Callable[[], ClusterView | str],
+    expected: Expected,
+    timeout_seconds: float,
+    console: Console,
+    pause: Callable[[float], None],
+) -> ClusterView:
+    """Poll until every expected node and GPU is alive; RayError naming what is missing."""
+    started = time.monotonic()
+    shown, shown_at = "", started
+    view = ClusterView(())
+    while True:
+        seen = probe()
+        view = seen if isinstance(seen, ClusterView) else view
+        gap = missing(view, expected)
+        state = f"{view.describe()}; missing {gap}" if gap else f"{view.describe()}: all joined"
+        state = state if isinstance(seen, ClusterView) else f"{state} (Ray: {seen})"
+        elapsed = time.monotonic() - started
+        if state != shown or time.monotonic() - shown_at >= PROGRESS_EVERY_SECONDS:
+            console.say(f"cluster after {elapsed:.0f} s: {state}")
+            shown, shown_at = state, time.monotonic()
+        if gap is None:
+            return view
+        if elapsed >= timeout_seconds:
+            raise RayError(
+                f"after {timeout_seconds:g} s (SPARKSERVE_NODE_WAIT_TIMEOUT) {gap} are missing "
+                f"({view.describe()}): start SPARKSERVE_ROLE=worker on each other node with "
+                "SPARKSERVE_HEAD_ADDRESS=<this node> and the same SPARKSERVE_RAY_PORT"
+            )
+        pause(WAIT_POLL_SECONDS)

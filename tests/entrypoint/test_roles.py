@@ -1,0 +1,117 @@
+"""Cluster roles without Ray running: settings, commands, the head's vLLM launch, the wait loop."""
+
+import pytest
+
+from budget.options import PlanOptions
+from budget.plan import build_plan
+from entrypoint.config import load_config
+from entrypoint.errors import ConfigError, PreflightError, RayError
+from entrypoint.planning import build_launch
+from entrypoint.ray_cluster import ClusterView, Expected, Node, ray_launch, wait_for_cluster
+from entrypoint.roles import check_role, expected_cluster, for_head
+from entrypoint.vllm_flags import check_flags, vllm_parser
+
+WORKER = {"SPARKSERVE_ROLE": "worker", "SPARKSERVE_HEAD_ADDRESS": "10.0.0.1"}
+LINK = {"SPARKSERVE_NCCL_SOCKET_IFNAME": "enp1s0f1np1", "SPARKSERVE_GLOO_SOCKET_IFNAME": "enp1s0"}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SPARKSERVE_ROLE": "worker"}, "SPARKSERVE_ROLE=worker needs SPARKSERVE_HEAD_ADDRESS"),
+        ({"SPARKSERVE_NODES": "2"}, "SPARKSERVE_NODES=2 needs SPARKSERVE_ROLE=head"),
+        ({"SPARKSERVE_ROLE": "boss"}, "SPARKSERVE_ROLE='boss': must be one of single|head|worker"),
+    ],
+)
+def test_role_settings_that_cannot_work(env, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(env)
+
+
+def test_defaults_are_one_node_and_ray_port_6379():
+    config = load_config({})
+    assert (config.role, config.nodes, config.ray_port, config.node_wait_timeout) == (
+        "single",
+        None,
+        6379,
+        600.0,
+    )
+
+
+def test_worker_joins_the_head_in_the_foreground_with_the_link_settings():
+    launch = ray_launch(
+        load_config({**WORKER, **LINK, "SPARKSERVE_RAY_EXTRA_ARGS": "--num-cpus 1"})
+    )
+    assert launch.argv[1:] == ("start", "--address", "10.0.0.1:6379", "--block", "--num-cpus", "1")
+    assert launch.env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1"
+    assert launch.env["GLOO_SOCKET_IFNAME"] == "enp1s0"
+
+
+def test_head_starts_ray_on_its_port():
+    launch = ray_launch(load_config({"SPARKSERVE_ROLE": "head", "SPARKSERVE_RAY_PORT": "7000"}))
+    assert launch.argv[1:] == ("start", "--head", "--port", "7000", "--block")
+
+
+@pytest.fixture(scope="module")
+def two_sparks():
+    return build_plan(PlanOptions(hardware="dgx-spark-x2", weights_dtype="fp8"))
+
+
+def test_the_head_waits_for_every_node_and_gpu_of_the_plan(two_sparks):
+    assert expected_cluster(two_sparks) == Expected(nodes=2, gpus=2)
+
+
+def test_a_multi_node_plan_needs_the_head_role(two_sparks):
+    with pytest.raises(PreflightError, match="set SPARKSERVE_ROLE=head here"):
+        check_role(load_config({}), two_sparks)
+    check_role(load_config({"SPARKSERVE_ROLE": "head"}), two_sparks)
+
+
+def test_vllm_on_the_head_uses_ray_and_the_link(tiny_plan):
+    config = load_config({"SPARKSERVE_ROLE": "head", "SPARKSERVE_RAY_PORT": "7000", **LINK})
+    launch = for_head(build_launch(config, tiny_plan), config)
+    assert launch.planned_args[-2:] == ("--distributed-executor-backend", "ray")
+    assert launch.env["RAY_ADDRESS"] == "127.0.0.1:7000"
+    assert launch.env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1"
+    assert check_flags(launch.planned_args, launch.extra_args, vllm_parser())
+
+
+def test_the_users_executor_backend_is_kept(tiny_plan):
+    config = load_config(
+        {
+            "SPARKSERVE_ROLE": "head",
+            "SPARKSERVE_VLLM_EXTRA_ARGS": "--distributed-executor-backend mp",
+        }
+    )
+    launch = for_head(build_launch(config, tiny_plan), config)
+    assert launch.argv.count("--distributed-executor-backend") == 1
+
+
+def views(*counts):
+    """Probe answers: a node count each (1 GPU per node), or a string for "Ray not up"."""
+    for count in counts:
+        yield (
+            count
+            if isinstance(count, str)
+            else ClusterView(tuple(Node(f"10.0.0.{i + 1}", 1.0) for i in range(count)))
+        )
+
+
+def test_wait_prints_progress_until_every_node_joined(console):
+    answers = views("ConnectionError: GCS not up", 1, 1, 2)
+    seen = wait_for_cluster(lambda: next(answers), Expected(2, 2), 60, console, lambda s: None)
+    assert len(seen.nodes) == 2
+    out = console.out.getvalue()
+    assert "missing 2 of 2 node(s) and 2 of 2 GPU(s) (Ray: ConnectionError: GCS not up)" in out
+    assert out.count("missing 1 of 2 node(s) and 1 of 2 GPU(s)") == 1  # printed on change
+    assert "2 node(s), 2 GPU(s): 10.0.0.1 (1 GPU), 10.0.0.2 (1 GPU): all joined" in out
+
+
+def test_wait_times_out_naming_what_is_missing(console):
+    answers = views(1)
+    with pytest.raises(RayError) as failure:
+        wait_for_cluster(lambda: next(answers), Expected(2, 2), 0, console, lambda s: None)
+    message = str(failure.value)
+    assert "1 of 2 node(s) and 1 of 2 GPU(s) are missing" in message
+    assert "10.0.0.1 (1 GPU)" in message and "SPARKSERVE_ROLE=worker" in message
+    assert failure.value.exit_code == 3
