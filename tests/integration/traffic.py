@@ -1,0 +1,108 @@
+"""Traffic that makes every dashboard panel move: through the gateway, and to the MTP vLLM.
+
+Each function exercises a path a panel shows: streamed chats with a prompt long
+enough for prefix-cache hits (vLLM's CPU block is 128 tokens) and a timestamp the
+layout moves, a session whose system prompt changes (prefix divergence), a burst
+over the per-key limit (queue wait, 429), a bad key (401) and an unreachable
+upstream (5xx, upstream error).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+SYSTEM_WORDS = (
+    "You are a careful assistant for the sparkserve project. Answer with short, exact "
+    "statements about the memory budget, the KV cache, the prefix cache and the gateway. "
+)
+LONG_SYSTEM = SYSTEM_WORDS * 12 + "Current time: 2026-11-29T09:30:56Z."
+CHANGED_SYSTEM = "You changed: " + LONG_SYSTEM
+TIMEOUT_S = 120.0
+BURST = 3  # per-key limit 1 + queue 1 + one refused with 429
+# A counter child is born with its first request; later requests must land in later
+# scrapes (1 s apart) for rate() to see them.
+SCRAPE_GAP_S = 1.5
+
+
+def chat(
+    client: httpx.Client,
+    key: str,
+    messages: list[dict[str, str]],
+    *,
+    stream: bool = True,
+    session: str | None = None,
+    max_tokens: int = 8,
+) -> int:
+    """POST a chat completion; read the whole (streamed) body; return the status."""
+    body: dict[str, Any] = {
+        "model": "tiny",
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": stream,
+        "ignore_eos": True,
+    }
+    headers = {"authorization": f"Bearer {key}"}
+    if session:
+        headers["x-session-id"] = session
+    with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+        response.read()
+        return response.status_code
+
+
+def session_turns(client: httpx.Client, key: str, turns: int = 3) -> list[int]:
+    """A growing conversation behind one long system prompt, then a changed system prompt."""
+    messages = [{"role": "system", "content": LONG_SYSTEM}]
+    statuses = []
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"question {turn}: how big is the cache?"})
+        statuses.append(chat(client, key, messages, session="s1"))
+        messages.append({"role": "assistant", "content": f"answer {turn}"})
+        time.sleep(SCRAPE_GAP_S)
+    messages[0] = {"role": "system", "content": CHANGED_SYSTEM}
+    statuses.append(chat(client, key, messages, session="s1"))
+    return statuses
+
+
+def burst(base_url: str, key: str) -> list[int]:
+    """BURST concurrent streams for one key: one runs, one waits, one is refused (429)."""
+    user = [{"role": "user", "content": "write a long answer"}]
+
+    def one(_: int) -> int:
+        with httpx.Client(base_url=base_url, timeout=TIMEOUT_S) as client:
+            return chat(client, key, user, max_tokens=96)
+
+    with ThreadPoolExecutor(BURST) as pool:
+        return sorted(pool.map(one, range(BURST)))
+
+
+def completion(client: httpx.Client, key: str, model: str = "tiny", max_tokens: int = 8) -> int:
+    body = {"model": model, "prompt": "the cache", "max_tokens": max_tokens, "ignore_eos": True}
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    return client.post("/v1/completions", json=body, headers=headers).status_code
+
+
+def through_gateway(base_url: str, keys: tuple[str, str]) -> dict[str, list[int]]:
+    alice, bob = keys
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT_S) as client:
+        return {
+            "session": session_turns(client, alice),
+            "completion": [completion(client, alice)],
+            "bad_key": [completion(client, "not-a-key")],
+            "burst": burst(base_url, bob),
+        }
+
+
+def speculative(base_url: str, model: str, requests: int = 3) -> list[int]:
+    """Requests straight to the MTP vLLM: drafts, accepted tokens per position."""
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT_S) as client:
+        return [completion(client, "", model, max_tokens=24) for _ in range(requests)]
+
+
+def dead_upstream(base_url: str, key: str) -> list[int]:
+    """One request through a gateway whose vLLM does not answer (connect error)."""
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT_S) as client:
+        return [completion(client, key)]
