@@ -13,6 +13,7 @@ from reliability.client import (
     StreamPlan,
     bearer,
     completion_body,
+    plain_completion_body,
     prompt_ids,
     send,
     stream,
@@ -21,7 +22,7 @@ from reliability.context import Ctx
 from reliability.events import is_openai_error, parse_json
 from reliability.procs import group_members, rss_bytes
 from reliability.report import CaseResult, verdict
-from reliability.stack import EDGE_READ_TIMEOUT_SECONDS
+from reliability.stack import EDGE_READ_TIMEOUT_SECONDS, StackError
 from reliability.stats import MIB, mib
 
 GROUP = "faults"
@@ -33,6 +34,8 @@ ENTRYPOINT_EXIT_LIMIT_SECONDS = 5.0
 ERROR_END_LIMIT_SECONDS = 10.0
 RECOVERY_LIMIT_SECONDS = 600.0
 LONG_GENERATION_TOKENS = 3000
+RESTART_LIMIT_SECONDS = 150.0
+RESTART_PAUSE_SECONDS = 2.0
 
 
 async def stalled_upstream(ctx: Ctx) -> CaseResult:
@@ -150,10 +153,11 @@ async def _first_tokens(
     del tasks
 
 
-async def _until_ok(ctx: Ctx, limit_s: float) -> float | None:
-    """Poll one small request through the gateway until 200; seconds taken, None if never."""
+async def _until_ok(ctx: Ctx, limit_s: float) -> tuple[float | None, str]:
+    """Poll one small request through the gateway until 200: (seconds or None, last answer)."""
     started = time.monotonic()
-    body = {**completion_body(prompt_ids(ctx.rng, 8), 2), "stream": False}
+    body = plain_completion_body(prompt_ids(ctx.rng, 8), 2)
+    last = "nothing"
     while time.monotonic() - started < limit_s:
         try:
             reply = await send(
@@ -165,11 +169,12 @@ async def _until_ok(ctx: Ctx, limit_s: float) -> float | None:
                 timeout_s=30,
             )
             if reply.status == 200:
-                return time.monotonic() - started
-        except httpx.HTTPError:
-            pass
+                return time.monotonic() - started, "200"
+            last = f"{reply.status} {reply.body[:120]!r}"
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
         await asyncio.sleep(0.25)
-    return None
+    return None, last
 
 
 async def gateway_restart(ctx: Ctx) -> CaseResult:
@@ -183,7 +188,7 @@ async def gateway_restart(ctx: Ctx) -> CaseResult:
     outcomes = await asyncio.gather(*tasks)
     gateway.wait_exit(10)
     ctx.stack.start_gateway()
-    back = await _until_ok(ctx, 60)
+    back, answer = await _until_ok(ctx, 60)
     _, _, last = await ctx.settle(0.0)
     clean = sum(_clean_end(o) for o in outcomes)
     ends = sorted(
@@ -193,7 +198,7 @@ async def gateway_restart(ctx: Ctx) -> CaseResult:
         f"{clean}/4 in-flight ended cleanly ({', '.join(ends)}), 0 malformed events; "
         f"serving again {back:.1f} s after restart; vLLM running {last.running:.0f}"
         if back is not None
-        else f"{clean}/4 clean; never served again"
+        else f"{clean}/4 clean; not serving 60 s after restart (last answer: {answer})"
     )
     ok = clean == 4 and back is not None and last.running == 0
     del killed_at
@@ -215,6 +220,27 @@ async def _wait_exit(ctx: Ctx) -> tuple[int | None, float]:
     return code, time.monotonic() - started
 
 
+async def _restart_entrypoint(ctx: Ctx) -> tuple[int, list[str]]:
+    """Start the entrypoint again, as a restart policy would, until it is ready:
+    (starts needed, the first line of each refusal)."""
+    refusals: list[str] = []
+    started = time.monotonic()
+    while True:
+        proc = ctx.stack.start_entrypoint()
+        try:
+            await asyncio.to_thread(ctx.stack.wait_ready)
+            return len(refusals) + 1, refusals
+        except StackError:
+            if proc.alive() or time.monotonic() - started > RESTART_LIMIT_SECONDS:
+                raise
+            lines = [line for line in proc.log_tail(2000).splitlines() if "error" in line]
+            refusals.append(
+                f"start {len(refusals) + 1}: exit {proc.popen.returncode}: "
+                + (lines[-1] if lines else "no error line")
+            )
+            await asyncio.sleep(RESTART_PAUSE_SECONDS)
+
+
 async def kill_vllm(ctx: Ctx) -> CaseResult:
     """kill -9 the vLLM API server under load; the entrypoint exits, a new one serves again."""
     stack = ctx.stack
@@ -234,19 +260,18 @@ async def kill_vllm(ctx: Ctx) -> CaseResult:
         "POST",
         ctx.url(COMPLETIONS),
         headers=ctx.alice,
-        json_body={**completion_body([5, 6, 7], 2), "stream": False},
+        json_body=plain_completion_body([5, 6, 7], 2),
     )
     orphans = len(group_members({vllm_group}))
-    stack.start_entrypoint()
-    await asyncio.to_thread(stack.wait_ready)
-    back = await _until_ok(ctx, 60)
+    attempts, refusals = await _restart_entrypoint(ctx)
+    back, answer = await _until_ok(ctx, 60)
     recovery = time.monotonic() - killed_at if back is not None else None
     clear = sum(_clear_error(o) for o in outcomes)
     figure = (
         f"{clear}/4 in-flight got a clear error within {errors_by:.1f} s; entrypoint exit "
         f"{code} after {exit_seconds:.1f} s; during outage {outage.status}; "
-        f"{orphans} vLLM processes left; recovered "
-        + (f"{recovery:.0f} s after the kill" if recovery else "never")
+        f"{orphans} vLLM processes left; {attempts} entrypoint start(s) to serve again; recovered "
+        + (f"{recovery:.0f} s after the kill" if recovery else f"never ({answer})")
         + (", gateway not restarted" if stack.pid("gateway") == gateway_pid else "")
     )
     ok = (
@@ -256,6 +281,7 @@ async def kill_vllm(ctx: Ctx) -> CaseResult:
         and exit_seconds <= ENTRYPOINT_EXIT_LIMIT_SECONDS
         and outage.status in (502, 503)
         and orphans == 0
+        and attempts == 1
         and recovery is not None
         and stack.pid("gateway") == gateway_pid
     )
@@ -264,5 +290,6 @@ async def kill_vllm(ctx: Ctx) -> CaseResult:
         "vllm-killed",
         figure,
         verdict(ok),
-        data={"recovery_seconds": recovery, "exit_code": code},
+        "; ".join(refusals),
+        data={"recovery_seconds": recovery, "exit_code": code, "starts": attempts},
     )

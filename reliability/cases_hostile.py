@@ -98,7 +98,7 @@ def _bad_credentials(key: str) -> dict[str, dict[str, str]]:
         "key minus last char": bearer(key[:-1]),
         "key plus a char": bearer(key + "x"),
         "Basic scheme": {"Authorization": f"Basic {key}"},
-        "empty bearer": {"Authorization": "Bearer "},
+        "empty bearer": {"Authorization": "Bearer"},
         "key without scheme": {"Authorization": key},
     }
 

@@ -6,7 +6,14 @@ import asyncio
 import random
 from dataclasses import dataclass
 
-from reliability.client import StreamOutcome, completion_body, prompt_ids, send, stream
+from reliability.client import (
+    StreamOutcome,
+    completion_body,
+    plain_completion_body,
+    prompt_ids,
+    send,
+    stream,
+)
 from reliability.context import Ctx, EngineGauges, ProcessSample
 from reliability.events import is_openai_error, parse_json
 from reliability.report import CaseResult, verdict
@@ -17,6 +24,8 @@ GROUP = "load"
 RSS_DRIFT_LIMIT_BYTES = 16 * MIB
 FD_GROWTH_LIMIT = 2
 COMPLETIONS = "/v1/completions"
+# Long enough that admitted streams hold their slots while the rest of a level arrives.
+RAMP_MAX_TOKENS = 96
 
 
 async def _one(ctx: Ctx, prompt_len: int, max_tokens: int) -> StreamOutcome:
@@ -117,7 +126,7 @@ class RampTally:
 
 async def ramp(ctx: Ctx) -> CaseResult:
     """1 → 32 concurrent streams through the gateway (admission 8 + queue 8: the rest is 429)."""
-    max_tokens = 24 if ctx.short else 64
+    max_tokens = RAMP_MAX_TOKENS
     everything = RampTally([], [])
     per_level = {}
     for level in _ramp_levels(ctx.short):
@@ -209,7 +218,7 @@ async def over_length(ctx: Ctx) -> CaseResult:
     }
     seen, problems = [], []
     for name, (prompt_len, max_tokens) in cases.items():
-        body = {**completion_body(prompt_ids(ctx.rng, prompt_len), max_tokens), "stream": False}
+        body = plain_completion_body(prompt_ids(ctx.rng, prompt_len), max_tokens)
         reply = await send(
             ctx.client, "POST", ctx.url(COMPLETIONS), headers=ctx.alice, json_body=body
         )

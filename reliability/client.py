@@ -40,6 +40,13 @@ def completion_body(
     }
 
 
+def plain_completion_body(prompt: list[int], max_tokens: int) -> dict[str, Any]:
+    """The same completion, answered as one JSON body."""
+    body = {**completion_body(prompt, max_tokens), "stream": False}
+    del body["stream_options"]
+    return body
+
+
 def chat_body(text: str, max_tokens: int = 1, **extra: Any) -> dict[str, Any]:
     return {
         "model": SERVED_MODEL,

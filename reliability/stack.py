@@ -27,7 +27,7 @@ SERVED_MODEL = "tiny"
 MAX_MODEL_LEN = 4096
 MAX_NUM_SEQS = 8
 GATEWAY_MAX_CONCURRENCY = 8
-GATEWAY_QUEUE_SIZE = 8
+GATEWAY_QUEUE_SIZE = 4
 GATEWAY_MAX_BODY_BYTES = 1024 * 1024
 EDGE_READ_TIMEOUT_SECONDS = 2.0
 READY_TIMEOUT_SECONDS = 600.0
@@ -79,6 +79,8 @@ def entrypoint_env(model_dir: Path, ports: Ports, warmup: bool) -> dict[str, str
         "SPARKSERVE_MAX_NUM_BATCHED_TOKENS": "512",
         "SPARKSERVE_KV_CACHE_MEMORY_BYTES": "256M",
         "SPARKSERVE_WARMUP": "on" if warmup else "off",
+        # Below procs.STOP_GRACE_SECONDS, so vLLM stops before the group is killed.
+        "SPARKSERVE_STOP_GRACE_SECONDS": "10",
         # Random weights (the tiny model has none); eager: no compile step on CPU.
         "SPARKSERVE_VLLM_EXTRA_ARGS": "--load-format dummy --enforce-eager",
         "HF_HUB_OFFLINE": "1",
