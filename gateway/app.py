@@ -31,6 +31,7 @@ from gateway.openapi import json_route, plain_route
 from gateway.prepare import Preparer
 from gateway.probes import Probes
 from gateway.proxy import ProxyDeps, ProxyResponse
+from gateway.replicas import ReplicaSet
 from gateway.settings import GatewaySettings, load_settings
 from gateway.tenancy import (
     Authenticator,
@@ -41,7 +42,7 @@ from gateway.tenancy import (
     read_key_entries,
 )
 from gateway.thermal import ThermalGuard
-from gateway.upstream import UpstreamClient, make_client, make_upstream, make_upstream_client
+from gateway.upstream import Upstream, make_client, make_upstream, make_upstream_client
 
 JSON_ROUTES = (
     "/v1/chat/completions",
@@ -94,19 +95,21 @@ def _admission(settings: GatewaySettings) -> Admission:
 
 def _lifespan(
     client: httpx.AsyncClient,
-    upstream: UpstreamClient,
+    upstream: Upstream,
     settings: GatewaySettings,
     guard: ThermalGuard,
 ) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with anyio.create_task_group() as group:
+            period = settings.health_interval_seconds
+            group.start_soon(upstream.replicas.watch_forever, client, period)
             if settings.control_url:
                 url = settings.control_url + "/metrics"
                 group.start_soon(guard.poll_forever, client, url, settings.thermal_poll_seconds)
             yield
             group.cancel_scope.cancel()
-        await upstream.aclose()
+        await upstream.client.aclose()
         await client.aclose()
 
     return lifespan
@@ -128,11 +131,16 @@ def create_app(
     metrics.concurrency_limit.set(settings.max_concurrency)
     preparer = _preparer(settings, metrics)
     client = make_client(settings, transport)
-    upstream = make_upstream_client(settings, transport)
-    admission = _admission(settings)
-    deps = ProxyDeps(
-        make_upstream(settings, upstream), admission, metrics, settings.retry_after_seconds
+    replicas = ReplicaSet(
+        settings.upstream_url,
+        settings.replica_names,
+        metrics,
+        routing=settings.routing,
+        max_in_flight=settings.replica_max_in_flight,
     )
+    upstream = make_upstream(settings, make_upstream_client(settings, transport), replicas)
+    admission = _admission(settings)
+    deps = ProxyDeps(upstream, admission, metrics, settings.retry_after_seconds)
     guard = ThermalGuard(
         admission,
         metrics,
@@ -147,7 +155,7 @@ def create_app(
         lifespan=_lifespan(client, upstream, settings, guard),
     )
     _add_routes(app, preparer, deps)
-    Probes(settings, client, registry).add_to(app)
+    Probes(settings, client, registry, replicas).add_to(app)
     _add_error_handlers(app, metrics)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app

@@ -1,6 +1,7 @@
 """The gateway's Prometheus metrics, built on an injected `CollectorRegistry`.
 
-Labels are bounded: `route` is a route template, `status_class` is `2xx`…`5xx`,
+Labels are bounded: `replica` is a configured replica name or index (never a
+URL), `route` is a route template, `status_class` is `2xx`…`5xx`,
 `tenant` a configured tenant name (never a key), `kind`/`reason`/`segment` come
 from fixed sets in the code or the configuration.
 """
@@ -33,6 +34,9 @@ class GatewayMetrics:
     rejected: Counter
     layout_rewrites: Counter
     prefix_divergence: Counter
+    upstream_in_flight: Gauge
+    upstream_requests: Counter
+    upstream_healthy: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> GatewayMetrics:
@@ -102,6 +106,24 @@ class GatewayMetrics:
                 "gateway_prefix_divergence_total",
                 "Consecutive requests of a session whose prefix broke, by first segment.",
                 "segment",
+            ),
+            upstream_in_flight=Gauge(
+                "gateway_upstream_in_flight",
+                "Requests sent to a vLLM replica and not finished.",
+                ["replica"],
+                registry=registry,
+            ),
+            upstream_requests=counter(
+                "gateway_upstream_requests_total",
+                "Attempts per replica by outcome (ok, connect, timeout, protocol, cancelled).",
+                "replica",
+                "outcome",
+            ),
+            upstream_healthy=Gauge(
+                "gateway_upstream_healthy",
+                "1 while a replica is healthy (last /health or connection), else 0.",
+                ["replica"],
+                registry=registry,
             ),
         )
 

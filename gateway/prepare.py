@@ -18,6 +18,7 @@ from gateway.errors import BadRequest, BodyTooLarge
 from gateway.layout import VolatileMatcher, rewrite_chat
 from gateway.metrics import GatewayMetrics
 from gateway.proxy import Forward
+from gateway.routing import affinity_key
 from gateway.tenancy import Authenticator, Principal, SaltMaker
 from gateway.upstream import forward_headers
 
@@ -70,6 +71,7 @@ class Preparer:
             drop_usage=drop_usage,
             generation=path in GENERATION_ROUTES,
             extra_headers=extra,
+            affinity=affinity_key(path, body),
         )
 
     def _layout(

@@ -20,11 +20,15 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.admission import Admission
-from gateway.errors import GatewayError, Overloaded, UpstreamError
+from gateway.errors import GatewayError, Overloaded, UpstreamError, UpstreamUnavailable
 from gateway.metrics import GatewayMetrics
+from gateway.replicas import Replica
 from gateway.sse import EventSplitter, StreamObserver
 from gateway.tenancy import Principal
 from gateway.upstream import Upstream, UpstreamResponse, response_headers
+
+# `gateway_upstream_requests_total` outcome of an exchange that completed.
+OK = "ok"
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Forward:
     stream: bool = False
     drop_usage: bool = False
     generation: bool = False
+    affinity: bytes | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
@@ -98,23 +103,47 @@ class ProxyResponse(Response):
             deps.admission.release(key)
 
     async def _exchange(self, send: Send) -> None:
+        """Try the replicas in the router's order until one takes the request."""
+        error: UpstreamError = UpstreamUnavailable(
+            "No model server replica is configured.",
+            retry_after_seconds=self.deps.retry_after_seconds,
+        )
+        for replica in self.deps.upstream.replicas.candidates(self.forward.affinity):
+            try:
+                await self._exchange_with(replica, send)
+                return
+            except UpstreamUnavailable as exc:  # nothing reached vLLM: the next one may serve
+                error = exc
+        await self._fail(send, error)
+
+    async def _exchange_with(self, replica: Replica, send: Send) -> None:
         fwd, upstream = self.forward, self.deps.upstream
         headers = [*fwd.headers, *upstream.headers.items()]
+        upstream.replicas.started(replica)
+        outcome = "cancelled"
         try:
-            response = await upstream.client.send(
-                fwd.method, upstream.url(fwd.path), headers, fwd.body
-            )
-        except UpstreamError as exc:
-            await self._fail(send, exc)
-            return
-        try:
-            if fwd.stream and response.content_type.startswith("text/event-stream"):
-                await self._relay_events(response, send)
-            else:
-                await self._relay_body(response, send)
+            try:
+                response = await upstream.client.send(
+                    fwd.method, replica.base_url + fwd.path, headers, fwd.body
+                )
+            except UpstreamUnavailable as exc:
+                outcome = exc.kind
+                upstream.replicas.mark(replica, healthy=False)
+                raise
+            except UpstreamError as exc:
+                outcome = exc.kind
+                await self._fail(send, exc)
+                return
+            try:
+                if fwd.stream and response.content_type.startswith("text/event-stream"):
+                    outcome = await self._relay_events(response, send)
+                else:
+                    outcome = await self._relay_body(response, send)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
         finally:
-            with anyio.CancelScope(shield=True):
-                await response.aclose()
+            upstream.replicas.finished(replica, outcome)
 
     async def _fail(self, send: Send, error: UpstreamError) -> None:
         self.deps.metrics.upstream_errors.labels(error.kind).inc()
@@ -125,21 +154,22 @@ class ProxyResponse(Response):
         headers += [(k.encode(), v.encode()) for k, v in self.forward.extra_headers.items()]
         return {"type": "http.response.start", "status": response.status, "headers": headers}
 
-    async def _relay_body(self, response: UpstreamResponse, send: Send) -> None:
+    async def _relay_body(self, response: UpstreamResponse, send: Send) -> str:
         try:
             body = b"".join([chunk async for chunk in response.chunks()])
         except UpstreamError as exc:
             await self._fail(send, exc)
-            return
+            return exc.kind
         start = self._start(response)
         start["headers"].append((b"content-length", str(len(body)).encode()))
         if self.forward.generation:
             self._finish(_usage_of(response.status, body))
         await send(start)
         await send({"type": "http.response.body", "body": body})
+        return OK
 
-    async def _relay_events(self, response: UpstreamResponse, send: Send) -> None:
-        metrics = self.deps.metrics
+    async def _relay_events(self, response: UpstreamResponse, send: Send) -> str:
+        metrics, outcome = self.deps.metrics, OK
         observer = StreamObserver(self.forward.drop_usage, metrics.inter_token_latency.observe)
         splitter = EventSplitter()
         await send(self._start(response))
@@ -151,11 +181,12 @@ class ProxyResponse(Response):
             tail = splitter.rest()
         except UpstreamError as error:
             metrics.upstream_errors.labels(error.kind).inc()
-            tail = splitter.rest() + sse_error_event(error)
+            tail, outcome = splitter.rest() + sse_error_event(error), error.kind
         if observer.first_event_at is not None:
             metrics.ttft.observe(observer.first_event_at - self.forward.started)
         self._finish(observer.usage)
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return outcome
 
     def _finish(self, usage: dict[str, Any] | None) -> None:
         metrics, tenant = self.deps.metrics, self.forward.principal.tenant

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from gateway.errors import ConfigError
@@ -24,6 +24,7 @@ ENV_PREFIX = "GATEWAY_"
 MiB = 1024**2
 OnOff = Literal["on", "off"]
 _RULE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+_REPLICA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 
 
 def _default_state_dir() -> Path:
@@ -50,7 +51,19 @@ class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     upstream_url: Annotated[list[str], NoDecode] = Field(
-        description="vLLM base URL(s), comma list; the first one is used for now"
+        description="vLLM base URL(s), comma list: one per replica"
+    )
+    upstream_names: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="replica names for metric labels (default 0, 1, …)"
+    )
+    routing: Literal["affinity", "round_robin"] = Field(
+        "affinity", description="replica choice: prefix affinity or round-robin"
+    )
+    replica_max_in_flight: int = Field(
+        32, ge=1, description="in-flight requests past which affinity spills to the least loaded"
+    )
+    health_interval_seconds: float = Field(
+        2.0, gt=0, description="period of the replicas' /health checks"
     )
     host: str = Field("0.0.0.0", description="address to listen on")
     port: int = Field(8080, ge=1, le=65535, description="port to listen on")
@@ -88,10 +101,29 @@ class GatewaySettings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: OnOff = Field("off", description="uvicorn access log")
 
-    @field_validator("upstream_url", mode="before")
+    @field_validator("upstream_url", "upstream_names", mode="before")
     @classmethod
-    def _parse_upstreams(cls, value: Any) -> Any:
+    def _parse_lists(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("upstream_names")
+    @classmethod
+    def _check_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _REPLICA_NAME.match(name):
+                raise ValueError(f"replica name {name!r} must match {_REPLICA_NAME.pattern}")
+        if len(set(value)) != len(value):
+            raise ValueError("replica names must be distinct")
+        return value
+
+    @model_validator(mode="after")
+    def _names_match_urls(self) -> GatewaySettings:
+        if self.upstream_names and len(self.upstream_names) != len(self.upstream_url):
+            raise ValueError(
+                f"GATEWAY_UPSTREAM_NAMES has {len(self.upstream_names)} names for "
+                f"{len(self.upstream_url)} GATEWAY_UPSTREAM_URL replicas"
+            )
+        return self
 
     @field_validator("upstream_url")
     @classmethod
@@ -129,11 +161,17 @@ class GatewaySettings(BaseSettings):
 
     @property
     def upstream(self) -> str:
-        """The replica used now (scale-out routing will pick among `upstream_url`)."""
+        """The first replica's URL."""
         return self.upstream_url[0]
+
+    @property
+    def replica_names(self) -> list[str]:
+        return self.upstream_names or [str(i) for i in range(len(self.upstream_url))]
 
 
 def _describe(error: Any) -> str:
+    if not error["loc"]:  # a check across fields names them itself
+        return str(error["msg"]).removeprefix("Value error, ")
     name = ENV_PREFIX + ".".join(str(part) for part in error["loc"][:1]).upper()
     if error["type"] == "missing":
         return f"{name} is required (for example http://127.0.0.1:8000)"

@@ -16,6 +16,7 @@ from typing import Protocol
 import httpx
 
 from gateway.clients import WRITE_TIMEOUT_SECONDS, AiohttpUpstream, HttpxUpstream
+from gateway.replicas import ReplicaSet
 from gateway.settings import GatewaySettings
 
 # RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway sets itself.
@@ -59,14 +60,11 @@ class UpstreamClient(Protocol):
 
 @dataclass(frozen=True)
 class Upstream:
-    """Where and how to reach vLLM."""
+    """Where and how to reach vLLM: the client, the replicas, headers for every request."""
 
     client: UpstreamClient
-    base_url: str
+    replicas: ReplicaSet
     headers: dict[str, str] = field(default_factory=dict)
-
-    def url(self, path: str) -> str:
-        return self.base_url + path
 
 
 def make_client(
@@ -100,11 +98,13 @@ def make_upstream_client(
     )
 
 
-def make_upstream(settings: GatewaySettings, client: UpstreamClient) -> Upstream:
+def make_upstream(
+    settings: GatewaySettings, client: UpstreamClient, replicas: ReplicaSet
+) -> Upstream:
     headers = {"accept-encoding": "identity"}
     if settings.upstream_api_key is not None:
         headers["authorization"] = "Bearer " + settings.upstream_api_key.get_secret_value()
-    return Upstream(client=client, base_url=settings.upstream, headers=headers)
+    return Upstream(client=client, replicas=replicas, headers=headers)
 
 
 def forward_headers(

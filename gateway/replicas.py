@@ -1,0 +1,96 @@
+"""The vLLM replicas behind the gateway: health, in-flight counts, per-replica metrics.
+
+`ReplicaSet.candidates(key)` asks the pure router (`gateway.routing`) for the
+order in which to try the replicas.  A replica is marked unhealthy when a
+connection to it fails (the request then goes to the next candidate, since
+nothing reached vLLM) or when its `/health` does not answer 200; the
+background check (`watch_forever`) and `/readyz` mark it healthy again, and
+the router uses it again from then on.  Metric labels are replica names (an
+index unless `GATEWAY_UPSTREAM_NAMES` names them), never URLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import httpx
+
+from gateway.metrics import GatewayMetrics
+from gateway.routing import ReplicaState, Routing, candidates
+
+log = logging.getLogger("gateway.replicas")
+HEALTH_TIMEOUT_SECONDS = 5.0
+
+
+class Replica:
+    def __init__(self, name: str, base_url: str) -> None:
+        self.name = name
+        self.base_url = base_url
+        self.healthy = True  # until a check or a connection says otherwise
+        self.in_flight = 0
+
+
+class ReplicaSet:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        names: Sequence[str],
+        metrics: GatewayMetrics,
+        *,
+        routing: Routing,
+        max_in_flight: int,
+    ) -> None:
+        self.replicas = [Replica(name, url) for name, url in zip(names, urls, strict=True)]
+        self._metrics = metrics
+        self._routing: Routing = routing
+        self._max_in_flight = max_in_flight
+        self._turn = 0
+        for replica in self.replicas:
+            metrics.upstream_healthy.labels(replica.name).set(1)
+            metrics.upstream_in_flight.labels(replica.name).set(0)
+
+    def candidates(self, key: bytes | None) -> list[Replica]:
+        states = [ReplicaState(r.name, r.healthy, r.in_flight) for r in self.replicas]
+        order = candidates(
+            states, key, routing=self._routing, max_in_flight=self._max_in_flight, turn=self._turn
+        )
+        self._turn += 1
+        return [self.replicas[i] for i in order]
+
+    def started(self, replica: Replica) -> None:
+        replica.in_flight += 1
+        self._metrics.upstream_in_flight.labels(replica.name).inc()
+
+    def finished(self, replica: Replica, outcome: str) -> None:
+        replica.in_flight -= 1
+        self._metrics.upstream_in_flight.labels(replica.name).dec()
+        self._metrics.upstream_requests.labels(replica.name, outcome).inc()
+
+    def mark(self, replica: Replica, healthy: bool) -> None:
+        if healthy != replica.healthy:
+            log.warning("replica %s is %s", replica.name, "back" if healthy else "unhealthy")
+        replica.healthy = healthy
+        self._metrics.upstream_healthy.labels(replica.name).set(1 if healthy else 0)
+
+    async def check(self, client: httpx.AsyncClient, replica: Replica, timeout_s: float) -> bool:
+        try:
+            answer = await client.get(replica.base_url + "/health", timeout=timeout_s)
+            healthy = answer.status_code == 200
+        except httpx.HTTPError:
+            healthy = False
+        self.mark(replica, healthy)
+        return healthy
+
+    async def check_all(
+        self, client: httpx.AsyncClient, timeout_s: float = HEALTH_TIMEOUT_SECONDS
+    ) -> dict[str, bool]:
+        results = await asyncio.gather(*(self.check(client, r, timeout_s) for r in self.replicas))
+        return {r.name: ok for r, ok in zip(self.replicas, results, strict=True)}
+
+    async def watch_forever(self, client: httpx.AsyncClient, period_s: float) -> None:
+        timeout_s = min(HEALTH_TIMEOUT_SECONDS, max(period_s, 0.5))
+        while True:
+            await self.check_all(client, timeout_s)
+            await asyncio.sleep(period_s)
