@@ -114,3 +114,10 @@ test-ray: $(VENV)/.test-stamp ## The Ray role tests: a real head and worker on l
 
 bench-warmup: $(VENV)/.test-stamp ## First-request TTFT right after ready vs steady state, warm-up on and off (tiny model, CPU)
 	flock /tmp/sparkserve-vllm-test.lock $(PY) -m tools.bench_warmup $(BENCH_WARMUP_ARGS)
+
+# --- gateway overhead (issue 6; docs/gateway.md "Overhead") ------------------------------
+.PHONY: bench-gateway
+BENCH_GATEWAY_ARGS ?=
+
+bench-gateway: $(VENV)/.test-stamp ## Gateway vs direct: TTFT p50/p99, events/s at 1/8/32 streams (BENCH_GATEWAY_ARGS="--vllm-url URL")
+	$(PY) -m bench.gateway_overhead $(BENCH_GATEWAY_ARGS)

@@ -298,7 +298,9 @@ def _wait_ready(url: str, path: str, timeout_s: float = 60) -> None:
     raise RuntimeError(f"{url}{path} not ready")
 
 
-def _start_gateway(upstream: str, client: str | None) -> tuple[subprocess.Popen[bytes], str]:
+def _start_gateway(
+    upstream: str, client: str | None, source: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {
         **os.environ,
@@ -311,7 +313,10 @@ def _start_gateway(upstream: str, client: str | None) -> tuple[subprocess.Popen[
     }
     if client:
         env["GATEWAY_UPSTREAM_CLIENT"] = client
-    return subprocess.Popen([sys.executable, "-m", "gateway"], env=env), f"http://127.0.0.1:{port}"
+    if source:  # another checkout of the gateway, e.g. a worktree of an older commit
+        env["PYTHONPATH"] = source
+    child = subprocess.Popen([sys.executable, "-m", "gateway"], env=env, cwd=source)
+    return child, f"http://127.0.0.1:{port}"
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -323,6 +328,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gap-ms", type=float, default=5.0, help="synthetic token gap")
     parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
     parser.add_argument("--clients", default="", help="comma list: one gateway per client")
+    parser.add_argument("--before", metavar="DIR", help="also race the gateway in this checkout")
     parser.add_argument("--py-spy", metavar="SVG", help="then profile the first gateway")
     parser.add_argument("--profile-seconds", type=float, default=10.0)
     return parser.parse_args(argv)
@@ -352,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
             _wait_ready(url, "/healthz")
             name = "gw-" + client if client else "gateway"
             urls[name], gateways[name] = url, child
+        if args.before:
+            child, url = _start_gateway(upstream, None, args.before)
+            children.append(child)
+            _wait_ready(url, "/healthz")
+            urls["gw-before"] = url
         kind = "vLLM" if args.vllm_url else f"synthetic, {args.gap_ms:g} ms token gap"
         print(
             f"upstream {upstream} ({kind}), {args.events} tokens/stream, "
