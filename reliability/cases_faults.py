@@ -290,6 +290,6 @@ async def kill_vllm(ctx: Ctx) -> CaseResult:
         "vllm-killed",
         figure,
         verdict(ok),
-        "; ".join(refusals),
+        f"{len(refusals)} start(s) refused, first: {refusals[0]}" if refusals else "",
         data={"recovery_seconds": recovery, "exit_code": code, "starts": attempts},
     )
