@@ -59,8 +59,10 @@ class VLLMChild:
         watcher: LogWatcher,
         environ: dict[str, str],
         forward: Callable[[str], None] | None = None,
+        name: str = "vLLM",
     ) -> None:
         """`forward` prints each line (default: console.vllm; `ray start` uses console.ray)."""
+        self._name = name
         self._console = console
         self._watcher = watcher
         self._print = forward or console.vllm
@@ -136,7 +138,7 @@ class VLLMChild:
         """SIGTERM the group, SIGKILL what is left after the grace period; vLLM's code."""
         if self.proc.poll() is None and self._signal_group(signal.SIGTERM):
             if not self._wait_group(grace_seconds):
-                self._console.say(f"vLLM still running after {grace_seconds:g} s: SIGKILL")
+                self._console.say(f"{self._name} still running after {grace_seconds:g} s: SIGKILL")
         self.kill_group()
         return self.proc.wait()
 

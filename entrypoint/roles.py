@@ -62,7 +62,7 @@ def start_ray(config: EntrypointConfig, console: Console, environ: dict[str, str
     launch = ray_launch(config)
     console.say(f"starting Ray: {launch.shown()}")
     try:
-        node = VLLMChild(launch, console, LogWatcher(), environ, forward=console.ray)
+        node = VLLMChild(launch, console, LogWatcher(), environ, console.ray, "Ray")
     except OSError as exc:
         raise RayError(f"could not start Ray ({launch.argv[0]}): {exc}") from None
     console.say(f"Ray pid {node.pid} (own process group)")
