@@ -112,6 +112,9 @@ def check_gpu(plan: Plan, machine: Machine) -> None:
 def check_port_free(host: str, port: int, variable: str) -> None:
     """Fail before launch, not after a minute of vLLM start-up, when the port is taken."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        # As uvicorn binds (SO_REUSEADDR): connections of a dead vLLM left in TIME_WAIT
+        # must not block a restart, while a live listener still does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:

@@ -99,3 +99,22 @@ def test_a_taken_port_is_refused_before_launch():
         port = taken.getsockname()[1]
         with pytest.raises(PreflightError, match=f"SPARKSERVE_PORT={port}: cannot listen"):
             check_port_free("127.0.0.1", port, "SPARKSERVE_PORT")
+
+
+def test_port_in_time_wait_after_a_dead_server_is_free() -> None:
+    """A crashed vLLM leaves its accepted connections in TIME_WAIT; a restart must pass."""
+    import socket
+
+    from entrypoint.preflight import check_port_free
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server side closes first: its end goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+    check_port_free("127.0.0.1", port, "SPARKSERVE_PORT")
