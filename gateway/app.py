@@ -26,7 +26,7 @@ from gateway.divergence import DivergenceTracker
 from gateway.errors import ConfigError, GatewayError, MethodNotAllowed, NotFound, error_response
 from gateway.layout import VolatileMatcher
 from gateway.metrics import GatewayMetrics
-from gateway.middleware import RequestMetrics, rejection_reason
+from gateway.middleware import HeaderLimits, RequestMetrics, rejection_reason
 from gateway.openapi import json_route, plain_route
 from gateway.prepare import Preparer
 from gateway.probes import Probes
@@ -157,6 +157,7 @@ def create_app(
     _add_routes(app, preparer, deps)
     Probes(settings, client, registry, replicas).add_to(app)
     _add_error_handlers(app, metrics)
+    app.add_middleware(HeaderLimits, metrics=metrics)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 

@@ -73,6 +73,12 @@ class BodyTooLarge(GatewayError):
     code = "request_too_large"
 
 
+class HeadersTooLarge(GatewayError):
+    status_code = 431
+    error_type = "invalid_request_error"
+    code = "request_headers_too_large"
+
+
 class Overloaded(GatewayError):
     """Admission refused the request (`reason` is a bounded metric label)."""
 

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import BadRequest, BodyTooLarge, GatewayError, Unauthorized
+from gateway.errors import (
+    BadRequest,
+    BodyTooLarge,
+    GatewayError,
+    HeadersTooLarge,
+    Unauthorized,
+)
 from gateway.metrics import GatewayMetrics, status_class
 
 # Status recorded when the client left before any response started.
 CLIENT_CLOSED_STATUS = 499
 SERVER_ERROR_STATUS = 500
+# Request header limits (nginx's large_client_header_buffers default is 4 × 8 KiB):
+# uvicorn with httptools enforces none, and every `x-*` header would reach vLLM.
+MAX_HEADER_BYTES = 64 * 1024
+MAX_HEADER_COUNT = 100
 _REASONS: tuple[tuple[type[GatewayError], str], ...] = (
     (Unauthorized, "unauthorized"),
     (BodyTooLarge, "body_too_large"),
+    (HeadersTooLarge, "headers_too_large"),
     (BadRequest, "bad_request"),
 )
 
@@ -59,3 +70,39 @@ class RequestMetrics:
         finally:
             if not started:
                 count(CLIENT_CLOSED_STATUS)
+
+
+class HeaderLimits:
+    """431 with an OpenAI-shaped body for too many or too large request headers."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = scope["headers"]
+            size = sum(len(name) + len(value) for name, value in headers)
+            if len(headers) > MAX_HEADER_COUNT or size > MAX_HEADER_BYTES:
+                await self._reject(len(headers), size, send)
+                return
+        await self.app(scope, receive, send)
+
+    async def _reject(self, count: int, size: int, send: Send) -> None:
+        error = HeadersTooLarge(
+            f"Request headers too large ({count} headers, {size} bytes); the gateway "
+            f"accepts at most {MAX_HEADER_COUNT} headers and {MAX_HEADER_BYTES} bytes."
+        )
+        self.metrics.rejected.labels("headers_too_large").inc()
+        body = error.body()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": error.status_code,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

@@ -8,6 +8,7 @@ the JSON sent upstream is the client's object with the gateway's changes.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +108,7 @@ def request_usage(body: dict[str, Any]) -> bool:
 async def read_body(request: Request, limit_bytes: int) -> bytes:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit_bytes:
+        await _drain(request, DRAIN_LIMIT_FACTOR * limit_bytes)
         raise _too_large(limit_bytes)
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -115,6 +117,16 @@ async def read_body(request: Request, limit_bytes: int) -> bytes:
             raise _too_large(limit_bytes)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _drain(request: Request, most_bytes: int) -> None:
+    """Read and drop a refused body (up to a bound) so the client, still sending, reads
+    the 413 instead of a connection reset; past the bound the connection just closes."""
+    drained = 0
+    async for chunk in request.stream():
+        drained += len(chunk)
+        if drained > most_bytes:
+            return
 
 
 def _too_large(limit_bytes: int) -> BodyTooLarge:
@@ -128,7 +140,28 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise BadRequest(f"Request body is not valid JSON ({exc}).") from None
     if not isinstance(body, dict):
         raise BadRequest("Request body must be a JSON object.")
+    if _SURROGATE_ESCAPE.search(raw):
+        _check_unicode(body)
     return body
+
+
+def _check_unicode(body: dict[str, Any]) -> None:
+    """JSON may spell lone UTF-16 surrogates (`"\\ud800"`); they are no text and cannot
+    be encoded for vLLM. Pairs (emoji) decode to one character and pass."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise BadRequest(
+            "Request body contains a lone UTF-16 surrogate escape (\\ud800-\\udfff); "
+            "strings must be valid Unicode."
+        ) from None
+
+
+# A \uD800-\uDFFF escape in the raw body: only then is the slower check needed.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF][0-9a-fA-F]{2}")
+# A refused body (Content-Length over the limit) is read and dropped up to this many
+# times the limit, so clients see the 413.
+DRAIN_LIMIT_FACTOR = 16
 
 
 def _dump(body: dict[str, Any]) -> bytes:
