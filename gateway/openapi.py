@@ -30,6 +30,7 @@ ERROR_STATUSES = {
     "400": "malformed JSON or a bad cache_salt",
     "401": "missing or invalid API key",
     "413": "body over GATEWAY_MAX_BODY_BYTES",
+    "431": "too many or too large request headers",
     "429": "admission queue full or wait timed out (Retry-After)",
     "502": "vLLM broke the connection",
     "503": "vLLM unreachable (Retry-After)",
