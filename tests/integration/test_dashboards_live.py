@@ -143,7 +143,8 @@ def test_traffic_took_the_paths_the_panels_show(stack):
     assert stack.statuses["session"] == [200] * 4
     assert stack.statuses["completion"] == [200]
     assert stack.statuses["bad_key"] == [401]
-    assert stack.statuses["burst"] == [200, 200, 429]
+    assert stack.statuses["burst"][:2] == [200, 200]
+    assert set(stack.statuses["burst"][2:]) == {429}
     assert stack.statuses["dead_upstream"][0] >= 500
     assert stack.statuses["speculative"] == [200] * 3
 

@@ -9,6 +9,7 @@ upstream (5xx, upstream error).
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,7 +23,8 @@ SYSTEM_WORDS = (
 LONG_SYSTEM = SYSTEM_WORDS * 12 + "Current time: 2026-11-29T09:30:56Z."
 CHANGED_SYSTEM = "You changed: " + LONG_SYSTEM
 TIMEOUT_S = 120.0
-BURST = 3  # per-key limit 1 + queue 1 + one refused with 429
+BURST = 4  # per-key limit 1 + queue 1 + refused with 429
+BURST_TOKENS = 256  # long enough that the first still runs when the last arrives
 # A counter child is born with its first request; later requests must land in later
 # scrapes (1 s apart) for rate() to see them.
 SCRAPE_GAP_S = 1.5
@@ -68,12 +70,14 @@ def session_turns(client: httpx.Client, key: str, turns: int = 3) -> list[int]:
 
 
 def burst(base_url: str, key: str) -> list[int]:
-    """BURST concurrent streams for one key: one runs, one waits, one is refused (429)."""
+    """BURST streams for one key at once: one runs, one waits, the rest are refused (429)."""
     user = [{"role": "user", "content": "write a long answer"}]
+    start = threading.Barrier(BURST)
 
     def one(_: int) -> int:
         with httpx.Client(base_url=base_url, timeout=TIMEOUT_S) as client:
-            return chat(client, key, user, max_tokens=96)
+            start.wait()
+            return chat(client, key, user, max_tokens=BURST_TOKENS)
 
     with ThreadPoolExecutor(BURST) as pool:
         return sorted(pool.map(one, range(BURST)))
