@@ -7,6 +7,7 @@ A ThreadingHTTPServer in a daemon thread of the entrypoint process, so it answer
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,6 +22,13 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     lifecycle: Lifecycle
     registry: CollectorRegistry
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A scraper that gave up (timeout) closes its socket mid-answer: not an error
+        worth a traceback in the container log; anything else still is."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -77,3 +77,20 @@ def test_warmup_metrics(control):
 
 def test_unknown_path_is_404(control):
     assert _get(control[0], "/nope").status_code == 404
+
+
+def test_scraper_that_hangs_up_leaves_no_traceback(control, capsys):
+    """A Prometheus scrape that times out closes its socket mid-answer (RST)."""
+    import socket
+    import struct
+    import time
+
+    server, *_ = control
+    for _ in range(20):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.close()  # linger 0: reset, the server's write fails
+    time.sleep(0.5)
+    assert "Traceback" not in capsys.readouterr().err
+    assert _get(server, "/ready").status_code == 503  # still serving
