@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from budget.kv import kv_capacity, kv_layout
+from budget.kv import KVCapacity, KVLayout, kv_capacity, kv_layout
 from budget.options import PlanOptions
 from budget.plan import Plan, build_plan, kv_model, kv_settings
 from entrypoint.logscan import LogWatcher, Observed
@@ -47,6 +47,7 @@ RUNS: dict[str, tuple[str, dict[str, Any]]] = {
         {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (4, 8, 12, 16), "mtp": 3},
     ),
 }
+RUN_ON = "0.24.0, H200, 2026-11-29"
 ESTIMATED_GRAPHS = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
 PREFIX_CACHING = re.compile(r"enable_prefix_caching=(True|False)")
 
@@ -72,29 +73,39 @@ class Run:
         return float(match[1]) if match else None
 
 
-def vllm024_capacity_blocks(run: Run) -> tuple[int, int, list[int]]:
-    """Block size and bytes per block under vLLM 0.24's rules (no lcm-64 GDN alignment;
-    prefix caching as the engine logged it — 0.24 turns it off for hybrids by default),
-    and the num_blocks values consistent with the logged token count."""
+def vllm024_layout(run: Run) -> KVLayout:
+    """The KV layout under vLLM 0.24's rules: no lcm-64 GDN alignment, and prefix
+    caching as the engine logged it (0.24 turns it off for hybrids by default)."""
     caching = PREFIX_CACHING.search(run.log)
     s = replace(
         kv_settings(run.plan.settings),
         flashinfer_gdn_align=False,
         prefix_caching=caching is None or caching[1] == "True",
     )
-    layout = kv_layout(kv_model(run.plan.model, run.plan.settings.mtp), s)
+    return kv_layout(kv_model(run.plan.model, run.plan.settings.mtp), s)
+
+
+def vllm024_capacity_blocks(run: Run) -> tuple[int, int, list[int]]:
+    """Block size, bytes per block, and the num_blocks values consistent with the
+    logged token count (vLLM 0.24's rules)."""
+    layout = vllm024_layout(run)
     tokens = run.observed.kv_cache_tokens
     assert tokens is not None
-    start = tokens * layout.blocks_per_request // run.plan.settings.max_model_len
+    max_len = run.plan.settings.max_model_len
+    start = tokens * layout.blocks_per_request // max_len
     candidates = [
         n
         for n in range(max(1, start - 2), start + 3)
-        if kv_capacity(
-            layout, n * layout.bytes_per_block, run.plan.settings.max_model_len
-        ).kv_cache_tokens
-        == tokens
+        if kv_capacity(layout, n * layout.bytes_per_block, max_len).kv_cache_tokens == tokens
     ]
     return layout.block_size, layout.bytes_per_block, candidates
+
+
+def planned_capacity(run: Run) -> KVCapacity:
+    """Tokens and concurrency the planner predicts from its own pool (0.24 rules)."""
+    return kv_capacity(
+        vllm024_layout(run), run.plan.kv_cache_bytes, run.plan.settings.max_model_len
+    )
 
 
 def load_runs() -> list[Run]:
@@ -114,28 +125,32 @@ def load_runs() -> list[Run]:
 
 def _row(run: Run) -> str:
     p, o = run.plan, run.observed
-    assert o.kv_cache_bytes and o.weights_bytes and o.kv_cache_tokens
+    assert o.kv_cache_bytes and o.weights_bytes and o.kv_cache_tokens and o.max_concurrency
     graphs = p.components.get("cudagraph_pool", 0) / GiB
     est = run.graph_estimate_gib
     took = (o.cudagraph_bytes or 0) / GiB
     block, _, _ = vllm024_capacity_blocks(run)
+    planned = planned_capacity(run)
     return (
-        f"| {run.tag} | {run.planned_weights / GiB:.2f} / {o.weights_bytes / GiB:.2f} "
+        f"| {run.tag} | {RUN_ON} "
+        f"| {run.planned_weights / GiB:.2f} / {o.weights_bytes / GiB:.2f} "
         f"| {p.components.get('activation_peak', 0) / GiB:.2f} "
         f"| {p.components.get('runtime', 0) / GiB:.2f} "
         f"| {graphs:.2f} / {'—' if est is None else f'{est:.2f}'} / {took:.2f} "
         f"| {p.kv_cache_bytes / GiB:.2f} / {o.kv_cache_bytes / GiB:.2f} "
         f"({p.kv_cache_bytes / o.kv_cache_bytes - 1:+.1%}) "
-        f"| {block} | {o.kv_cache_tokens:,} | {o.max_concurrency:.2f}x |"
+        f"| {block} | {planned.kv_cache_tokens:,} / {o.kv_cache_tokens:,} "
+        f"| {planned.max_concurrency:.2f}x / {o.max_concurrency:.2f}x |"
     )
 
 
 def table() -> str:
     head = (
-        "| run | weights GiB planned / observed | activation GiB (est.) | runtime GiB "
-        "(est.) | graph pool GiB planned / vLLM est. / actual | KV GiB planned / "
-        "observed | block (0.24 rules) | KV tokens observed | max concurrency |\n"
-        "|---|---|---|---|---|---|---|---|---|"
+        "| run | vLLM, GPU, date | weights GiB planned / observed | activation GiB (est.) "
+        "| runtime + non-torch GiB (est.) | graph pool GiB planned / vLLM est. / actual "
+        "| KV GiB planned / observed | block | KV tokens planned / observed "
+        "| max concurrency planned / observed |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     return "\n".join([head, *(_row(run) for run in load_runs())])
 
