@@ -143,8 +143,9 @@ def test_traffic_took_the_paths_the_panels_show(stack):
     assert stack.statuses["session"] == [200] * 4
     assert stack.statuses["completion"] == [200]
     assert stack.statuses["bad_key"] == [401]
-    assert stack.statuses["burst"][:2] == [200, 200]
-    assert set(stack.statuses["burst"][2:]) == {429}
+    burst = stack.statuses["burst"]
+    assert set(burst) == {200, 429}  # some ran (one of them queued first), the rest shed
+    assert burst.count(200) >= 2 and burst.count(429) >= 2
     assert stack.statuses["dead_upstream"][0] >= 500
     assert stack.statuses["speculative"] == [200] * 3
 

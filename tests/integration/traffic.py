@@ -23,8 +23,11 @@ SYSTEM_WORDS = (
 LONG_SYSTEM = SYSTEM_WORDS * 12 + "Current time: 2026-11-29T09:30:56Z."
 CHANGED_SYSTEM = "You changed: " + LONG_SYSTEM
 TIMEOUT_S = 120.0
-BURST = 4  # per-key limit 1 + queue 1 + refused with 429
-BURST_TOKENS = 256  # long enough that the first still runs when the last arrives
+# Per-key limit 1 + queue 1, the rest refused with 429.  The streams start together,
+# but on an idle machine a fast tiny model can finish the first before the last
+# arrives, letting one more in: six leave several 429s even then.
+BURST = 6
+BURST_TOKENS = 512  # long enough that the first still runs when the last arrives
 # A counter child is born with its first request; later requests must land in later
 # scrapes (1 s apart) for rate() to see them.
 SCRAPE_GAP_S = 1.5
