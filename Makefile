@@ -41,9 +41,9 @@ test-fast: $(VENV)/.test-stamp ## Run the tests that do not start vLLM
 
 lint: $(VENV)/.test-stamp ## ruff
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check budget entrypoint gateway tests tools
+	$(PY) -m ruff format --check budget entrypoint gateway bench reliability tests tools
 
-typecheck: $(VENV)/.test-stamp ## mypy (strict) on budget/, entrypoint/, gateway/
+typecheck: $(VENV)/.test-stamp ## mypy (strict) on budget/, entrypoint/, gateway/, bench/, reliability/
 	$(PY) -m mypy
 
 check: lint typecheck test ## lint + typecheck + all tests
