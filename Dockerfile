@@ -30,6 +30,9 @@ COPY pyproject.toml ./
 COPY budget ./budget
 COPY entrypoint ./entrypoint
 COPY gateway ./gateway
+# pyproject lists these packages too: setuptools needs their folders to install.
+COPY bench ./bench
+COPY reliability ./reliability
 RUN python3 -m pip install --no-cache-dir . \
     && useradd --system --uid 10001 --home-dir /var/lib/sparkserve-gateway --create-home gateway
 USER 10001
@@ -58,10 +61,12 @@ COPY pyproject.toml ./
 COPY budget ./budget
 COPY entrypoint ./entrypoint
 COPY gateway ./gateway
+# pyproject lists these packages too: setuptools needs their folders to install.
+COPY bench ./bench
+COPY reliability ./reliability
 # The base image already has vLLM, torch, psutil and nvidia-ml-py: keep its versions.
-# Editable, so budget/profiles/*.toml are read from /opt/sparkserve (the wheel's
-# package-data lists only py.typed).  A stale ~/.cache/huggingface from the base image
-# must not shadow the mounted model.
+# Editable, so the code and budget/profiles/*.toml are read from /opt/sparkserve.
+# A stale ~/.cache/huggingface from the base image must not shadow the mounted model.
 RUN python3 -m pip install --no-cache-dir --no-deps --editable . \
     && rm -rf /root/.cache/huggingface
 EXPOSE 8000 8001

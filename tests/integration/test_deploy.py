@@ -160,3 +160,21 @@ def test_multinode_compose_runs_head_and_worker_of_one_image_on_the_host_network
     found = set(VARIABLE.findall(MULTINODE_FILE.read_text()))
     for required in ("MODEL_DIR", "NODE_IP", "SPARKSERVE_HEAD_ADDRESS", "SPARKSERVE_NODES"):
         assert (required, ":?") in found, f"{required} is required, with a message"
+
+
+def test_every_package_reaches_the_image() -> None:
+    """`pip install .` in the image needs every folder pyproject lists as a package:
+    each stage copies them all and .dockerignore excludes none (a missing one only fails
+    at `docker build`, which no test here can run)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    packages = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]
+    dockerfile = (root / "Dockerfile").read_text()
+    ignored = {line.strip() for line in (root / ".dockerignore").read_text().splitlines()}
+    for package in packages:
+        assert dockerfile.count(f"COPY {package} ./{package}") == 2, package
+        assert package not in ignored, package
