@@ -14,4 +14,4 @@ def test_readme_blocks_are_current() -> None:
 
 def test_readme_names_the_ci_test_command() -> None:
     ci = (README.parent / ".ci" / "run").read_text()
-    assert "make check" in README.read_text() and "make check" in ci
+    assert "make test" in README.read_text() and "make test" in ci
