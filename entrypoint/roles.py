@@ -34,9 +34,15 @@ RAY_BACKEND = ("--distributed-executor-backend", "ray")
 
 
 def expected_cluster(plan: Plan) -> Expected:
-    """Every node of the plan, and every GPU of each when it runs on cuda."""
+    """Every node of the plan, and on cuda every GPU of each, at least one per rank.
+
+    vLLM's Ray executor asks for a placement group of one GPU per rank (TP × PP);
+    a one-node plan on a one-GPU profile (h200) with TP 2 still needs two GPUs in
+    Ray, or vLLM waits for a placement group that never comes.
+    """
     s = plan.settings
-    return Expected(s.nodes, s.nodes * s.hardware.gpus if s.device == "cuda" else 0)
+    gpus = max(s.nodes * s.hardware.gpus, s.tp * s.pp) if s.device == "cuda" else 0
+    return Expected(s.nodes, gpus)
 
 
 def check_role(config: EntrypointConfig, plan: Plan) -> None:

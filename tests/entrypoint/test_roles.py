@@ -61,6 +61,13 @@ def test_the_head_waits_for_every_node_and_gpu_of_the_plan(two_sparks):
     assert expected_cluster(two_sparks) == Expected(nodes=2, gpus=2)
 
 
+@pytest.mark.parametrize(("tp", "gpus"), [(1, 1), (2, 2)])
+def test_one_node_waits_for_a_gpu_per_rank_even_on_a_one_gpu_profile(tp, gpus):
+    """vLLM's Ray placement group wants one GPU per rank: TP 2 on `h200` (gpus = 1) needs 2."""
+    plan = build_plan(PlanOptions(hardware="h200", tp=tp))
+    assert expected_cluster(plan) == Expected(nodes=1, gpus=gpus)
+
+
 def test_a_multi_node_plan_needs_the_head_role(two_sparks):
     with pytest.raises(PreflightError, match="set SPARKSERVE_ROLE=head here"):
         check_role(load_config({}), two_sparks)
