@@ -1,0 +1,181 @@
+#!/bin/bash
+# Scale-out on a real GPU host (issue 4): `python -m entrypoint` with SPARKSERVE_ROLE=head
+# starts `ray start --head`, waits for the GPUs, plans, and launches the real CUDA vLLM
+# 0.24.0 with `--distributed-executor-backend ray --tensor-parallel-size $TP` on a
+# dummy-weight Llama-8B-shaped model; then one chat request, Ray's status, and a stop.
+#
+# Where: the device tool's kind nvidia-h200-x2 (TP 2: two Ray GPU workers). On the
+# one-GPU kind nvidia-h200 it runs with TP 1 (still vLLM's Ray executor, one worker).
+# NVLink multicast stays off (KINDS.md): the three variables below are exported for the
+# entrypoint, so Ray (its raylet and workers) and vLLM inherit them.
+#
+# What it needs on the device, sent ahead (ignored by git, never committed):
+#   .gpu/p_part00 … p_part07   part00 … part07: tar of vLLM 0.24.0 + its missing wheels
+#                              (shared/gpu/README.md), split -b 58m
+#   .gpu/p_part08, p_part09    ray_part00, ray_part01: tar of ray-2.60.0-cp312 (manylinux2014),
+#                              split -b 58m. Ray's own needs (click, filelock, jsonschema,
+#                              msgpack, packaging, protobuf, pyyaml, requests) are on the
+#                              device or in the vLLM set.
+# The entrypoint itself travels as the working tree (PYTHONPATH=repo root); its runtime
+# deps are on the device (psutil, nvidia-ml-py, prometheus-client, httpx) or in the set.
+#
+# How (one device call each, back to back: files outside the repo live only while the
+# machine stays warm, ~30 s after a call; a call carries at most 64 MiB):
+#   run(kind=nvidia-h200-x2, carry=[.gpu/p_part00], command="bash tools/gpu/ray_tp2.sh stage")
+#   … the same with .gpu/p_part01 … p_part06 and .gpu/p_part08 (8 calls in all), then
+#   run(carry=[.gpu/p_part07, .gpu/p_part09], timeout_s=600,
+#       command="timeout 590 bash tools/gpu/ray_tp2.sh run")
+# Files back under $OUT: summary.txt (the lines that matter), entrypoint.log (the whole
+# output: [sparkserve], [ray] and [vllm] lines), ray_status.txt, chat.json, metrics.txt,
+# install.log, ray_logs.tgz (Ray's session logs: raylet, GCS, the vLLM workers).
+set -u
+: "${OUT:?OUT must be set (the device tool sets it)}"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+parts=${PARTS_DIR:-/root/parts}
+VLLM_TAR_SHA=51b4a5ca62f838fd4cd9238177a26384b05835290035d1f68ec759d4efc16d4a
+RAY_TAR_SHA=1d7bf6096006fefdf0225137b74f2ca769c16ad4077f41151f16e83519393029
+DEADLINE_S=${DEADLINE_S:-420}   # launch → /ready; the whole `run` must end inside 600 s
+summary=$OUT/summary.txt
+
+say() { echo "$*" | tee -a "$summary"; }
+
+# Keep NVLink multicast off everywhere (KINDS.md); vLLM copies NCCL_* to its Ray
+# workers itself, and the two others are named so it copies them too.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export VLLM_RAY_EXTRA_ENV_VARS_TO_COPY=TORCH_SYMM_MEM_DISABLE_MULTICAST,NVSHMEM_DISABLE_NVLS,VLLM_USE_FLASHINFER_SAMPLER
+
+stage() {
+    # Copy the parts this call carried to /root/parts; on the first call, look around.
+    mkdir -p "$parts"
+    if [ -z "$(ls -A "$parts")" ]; then
+        nvidia-smi -L
+        python3 -c 'import sys, torch; print(sys.executable, "torch", torch.__version__, "GPUs", torch.cuda.device_count())'
+        python3 -c 'import ray' 2>/dev/null && echo "ray: already installed" || echo "ray: not installed"
+        df -h /root /tmp | tail -n +2
+    fi
+    for f in "$root"/.gpu/p_part*/*; do [ -f "$f" ] && cp "$f" "$parts/"; done
+    ls -la "$parts"
+}
+
+install() {
+    if python3 -c 'import vllm, ray' 2>/dev/null; then
+        say "vLLM and Ray already installed"
+        return 0
+    fi
+    local missing=""
+    for p in part00 part01 part02 part03 part04 part05 part06 part07 ray_part00 ray_part01; do
+        [ -f "$parts/$p" ] || missing="$missing $p"
+    done
+    if [ -n "$missing" ]; then
+        say "MISSING PARTS:$missing (the machine went back between calls? stage them again)"
+        return 2
+    fi
+    say "vllm tar sha256 $(cat "$parts"/part0[0-7] | sha256sum | cut -c1-16) (want ${VLLM_TAR_SHA:0:16})"
+    say "ray tar sha256 $(cat "$parts"/ray_part0[01] | sha256sum | cut -c1-16) (want ${RAY_TAR_SHA:0:16})"
+    mkdir -p /tmp/whl
+    cat "$parts"/part0[0-7] | tar xf - -C /tmp/whl || return 2
+    cat "$parts"/ray_part0[01] | tar xf - -C /tmp/whl || return 2
+    python3 -m pip install --no-index --no-deps --no-compile --no-cache-dir /tmp/whl/*.whl \
+        > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; return 2; }
+    python3 -c 'import vllm, ray; print("vllm", vllm.__version__, "ray", ray.__version__)' | tee -a "$summary"
+    say "ray executable: $(ls "$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/ray")"
+}
+
+# The head's settings (tests/entrypoint/test_gpu_ray_script.py checks them against the
+# entrypoint's own config, planner and vLLM flag check).
+head_settings() {
+    export SPARKSERVE_ROLE=head
+    export SPARKSERVE_MODEL=/tmp/gpumodels/dense
+    export SPARKSERVE_HARDWARE=h200
+    export SPARKSERVE_DEVICE=cuda
+    export SPARKSERVE_TP=$TP
+    export SPARKSERVE_MAX_MODEL_LEN=4096
+    export SPARKSERVE_MAX_NUM_SEQS=4
+    export SPARKSERVE_CUDAGRAPH_CAPTURE_SIZES=1,2,4
+    export SPARKSERVE_SERVED_MODEL_NAME=m
+    export SPARKSERVE_VLLM_EXTRA_ARGS="--load-format dummy"
+    export SPARKSERVE_RAY_PORT=6379
+    export SPARKSERVE_RAY_EXTRA_ARGS="--include-dashboard=false --disable-usage-stats"
+    export SPARKSERVE_NODE_WAIT_TIMEOUT=120
+    export SPARKSERVE_STARTUP_TIMEOUT=$DEADLINE_S
+    export SPARKSERVE_CACHE_DIR=/tmp/sscache
+}
+
+ray_status() {
+    echo "=== ray status ($1, $(date -u +%FT%TZ))" >> "$OUT/ray_status.txt"
+    timeout 30 "$ray_bin" status --address 127.0.0.1:6379 >> "$OUT/ray_status.txt" 2>&1
+}
+
+run() {
+    stage > /dev/null
+    say "=== ray_tp2 $(date -u +%FT%TZ) on $(nvidia-smi -L | wc -l) GPU(s)"
+    nvidia-smi -L | tee -a "$summary"
+    install || exit 2
+    ray_bin="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/ray"
+    local gpus
+    gpus=$(nvidia-smi -L | wc -l)
+    TP=${TP:-$((gpus >= 2 ? 2 : 1))}
+    python3 -m tools.gpu.make_models /tmp/gpumodels > /dev/null
+    # The cluster link: the interface of the default route (both GPUs are on this host,
+    # so NCCL only bootstraps over it; the setting's path to Ray and vLLM is what is shown).
+    local iface
+    iface=$(awk '$2 == "00000000" { print $1; exit }' /proc/net/route)
+    head_settings
+    if [ -n "$iface" ]; then
+        export SPARKSERVE_NCCL_SOCKET_IFNAME=$iface SPARKSERVE_GLOO_SOCKET_IFNAME=$iface
+    fi
+    env | grep -E '^(SPARKSERVE_|NCCL_|TORCH_SYMM|NVSHMEM_)' | sort | tee -a "$summary"
+
+    cd "$root" || exit 2
+    export PYTHONPATH=$root PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0
+    local start pid code=""
+    start=$(date +%s)
+    setsid python3 -m entrypoint > "$OUT/entrypoint.log" 2>&1 &
+    pid=$!
+    local ready=0 joined=0
+    while true; do
+        if [ "$joined" = 0 ] && grep -q "all joined" "$OUT/entrypoint.log"; then
+            joined=1
+            ray_status "cluster complete"
+        fi
+        if [ "$(curl -s -o /dev/null -w '%{http_code}' localhost:8001/ready)" = 200 ]; then
+            ready=1
+            break
+        fi
+        kill -0 "$pid" 2>/dev/null || { say "ENTRYPOINT EXITED before ready"; break; }
+        [ $(($(date +%s) - start)) -gt "$DEADLINE_S" ] && { say "TIMEOUT before ready"; break; }
+        sleep 2
+    done
+    say "ready=$ready after $(($(date +%s) - start)) s"
+    if [ "$ready" = 1 ]; then
+        curl -s -m 60 localhost:8000/v1/chat/completions -H 'content-type: application/json' \
+            -d '{"model":"m","messages":[{"role":"user","content":"Say hello."}],"max_tokens":16}' \
+            > "$OUT/chat.json"
+        say "chat: $(head -c 600 "$OUT/chat.json")"
+        ray_status "serving"
+        curl -s -m 10 localhost:8001/metrics | grep -E '^sparkserve_' > "$OUT/metrics.txt"
+        nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader \
+            | sed 's/^/nvidia_smi /' | tee -a "$summary"
+    fi
+    # Stop: SIGTERM to the entrypoint, which stops vLLM's and Ray's process groups itself.
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        say "entrypoint still running 60 s after SIGTERM: SIGKILL, then ray stop --force"
+        kill -KILL -- -"$pid" 2>/dev/null
+        timeout 30 "$ray_bin" stop --force > /dev/null 2>&1
+    fi
+    wait "$pid"
+    code=$?
+    say "entrypoint exit code $code"
+    grep -E '^\[sparkserve\]|^sparkserve:|cluster after|Ray pid|Ray stopped|placement.group|Placement|RayWorker|ray_executor|RayExecutor|distributed_executor_backend|tensor_parallel_size|world_size|KV cache size|Maximum concurrency|Available KV cache|Model loading took|Graph capturing|init engine|Starting vLLM|Error|error:|Traceback' \
+        "$OUT/entrypoint.log" | cut -c1-400 | head -200 >> "$summary"
+    tar czf "$OUT/ray_logs.tgz" -C /tmp/ray/session_latest logs 2>/dev/null
+    [ "$ready" = 1 ] && [ -s "$OUT/chat.json" ]
+}
+
+case "${1:-}" in
+    stage) stage ;;
+    run) run ;;
+    *) echo "usage: $0 stage|run (see the header)" >&2; exit 2 ;;
+esac
