@@ -13,9 +13,27 @@ ARG VLLM_IMAGE_AMD64=vllm/vllm-openai:v0.32.0
 ARG VLLM_IMAGE_ARM64=nvcr.io/nvidia/vllm:25.11-py3
 ARG GATEWAY_BASE_IMAGE=python:3.11.11-slim-bookworm
 ARG TARGETARCH
+# Both images run as this non-root user, numeric so `runAsNonRoot`-style checks can verify
+# it; --build-arg SPARKSERVE_UID=… SPARKSERVE_GID=… where a policy fixes others (one the
+# base image already has, e.g. Ubuntu 24.04's 1000, fails the build). The model directory
+# only has to be readable by it; its caches are created for it below.
+ARG SPARKSERVE_UID=10001
+ARG SPARKSERVE_GID=10001
 
 FROM ${VLLM_IMAGE_AMD64} AS vllm-base-amd64
 FROM ${VLLM_IMAGE_ARM64} AS vllm-base-arm64
+
+# --- source: the project's files, copied once, shared by both images (owned by root, so
+# the run-time user cannot rewrite its own code) -----------------------------------------
+FROM scratch AS source
+WORKDIR /opt/sparkserve
+COPY pyproject.toml ./
+COPY budget ./budget
+COPY entrypoint ./entrypoint
+COPY gateway ./gateway
+# pyproject lists these packages too: setuptools needs their folders to install.
+COPY bench ./bench
+COPY reliability ./reliability
 
 # --- gateway: small image, no GPU libraries ---------------------------------------------
 FROM ${GATEWAY_BASE_IMAGE} AS gateway
@@ -26,16 +44,14 @@ ENV PYTHONUNBUFFERED=1 \
     GATEWAY_PORT=8080 \
     GATEWAY_STATE_DIR=/var/lib/sparkserve-gateway
 WORKDIR /opt/sparkserve
-COPY pyproject.toml ./
-COPY budget ./budget
-COPY entrypoint ./entrypoint
-COPY gateway ./gateway
-# pyproject lists these packages too: setuptools needs their folders to install.
-COPY bench ./bench
-COPY reliability ./reliability
+COPY --from=source /opt/sparkserve ./
+ARG SPARKSERVE_UID
+ARG SPARKSERVE_GID
 RUN python3 -m pip install --no-cache-dir . \
-    && useradd --system --uid 10001 --home-dir /var/lib/sparkserve-gateway --create-home gateway
-USER 10001
+    && groupadd --system --gid "${SPARKSERVE_GID}" gateway \
+    && useradd --system --no-log-init --uid "${SPARKSERVE_UID}" --gid "${SPARKSERVE_GID}" \
+        --home-dir /var/lib/sparkserve-gateway --create-home --shell /usr/sbin/nologin gateway
+USER ${SPARKSERVE_UID}:${SPARKSERVE_GID}
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
     CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
@@ -45,6 +61,8 @@ ENTRYPOINT ["python3", "-m", "gateway"]
 # The tag is pinned above (VLLM_IMAGE_*); hadolint cannot see through the stage name.
 # hadolint ignore=DL3006
 FROM vllm-base-${TARGETARCH} AS vllm
+ARG SPARKSERVE_UID
+ARG SPARKSERVE_GID
 # Offline: weights come from the read-only model volume, never from a hub at run time.
 ENV HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
@@ -57,18 +75,33 @@ ENV HF_HUB_OFFLINE=1 \
     SPARKSERVE_CACHE_DIR=/cache/compile \
     SPARKSERVE_CONTROL_PORT=8001
 WORKDIR /opt/sparkserve
-COPY pyproject.toml ./
-COPY budget ./budget
-COPY entrypoint ./entrypoint
-COPY gateway ./gateway
-# pyproject lists these packages too: setuptools needs their folders to install.
-COPY bench ./bench
-COPY reliability ./reliability
+COPY --from=source /opt/sparkserve ./
 # The base image already has vLLM, torch, psutil and nvidia-ml-py: keep its versions.
 # Editable, so the code and budget/profiles/*.toml are read from /opt/sparkserve.
 # A stale ~/.cache/huggingface from the base image must not shadow the mounted model.
 RUN python3 -m pip install --no-cache-dir --no-deps --editable . \
     && rm -rf /root/.cache/huggingface
+# Run without root (GPUs need none: the NVIDIA runtime passes the device nodes in). Every
+# cache the container writes lives under /cache, where compose mounts the vllm-cache volume;
+# an empty named volume takes this directory's ownership from the image on first use:
+#   /cache/huggingface  HF_HOME (offline: little or nothing, the model is /models);
+#   /cache/compile      SPARKSERVE_CACHE_DIR: the entrypoint points VLLM_CACHE_ROOT,
+#                       TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR at vllm/, triton/, inductor/;
+#   /cache/cuda         CUDA's PTX JIT cache (CUDA_CACHE_PATH, default ~/.nv/ComputeCache);
+#   /cache/*            whatever else follows XDG_CACHE_HOME, or hard-codes ~/.cache
+#                       (FlashInfer's JIT kernels): ~/.cache is a link to /cache.
+# HOME is the user's own, in the image (not on the volume).
+ENV HOME=/home/sparkserve \
+    XDG_CACHE_HOME=/cache \
+    CUDA_CACHE_PATH=/cache/cuda
+RUN groupadd --gid "${SPARKSERVE_GID}" sparkserve \
+    && useradd --no-log-init --uid "${SPARKSERVE_UID}" --gid "${SPARKSERVE_GID}" \
+        --home-dir "${HOME}" --create-home --shell /usr/sbin/nologin sparkserve \
+    && install -d -o "${SPARKSERVE_UID}" -g "${SPARKSERVE_GID}" -m 0755 \
+        /cache /cache/huggingface /cache/cuda /cache/compile \
+        /cache/compile/vllm /cache/compile/triton /cache/compile/inductor \
+    && ln -s /cache "${HOME}/.cache"
+USER ${SPARKSERVE_UID}:${SPARKSERVE_GID}
 EXPOSE 8000 8001
 # Ready = warm-up done and vLLM answering (503 before); a cold start may compile for minutes.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30m --retries=3 \

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema
@@ -163,18 +165,196 @@ def test_multinode_compose_runs_head_and_worker_of_one_image_on_the_host_network
 
 
 def test_every_package_reaches_the_image() -> None:
-    """`pip install .` in the image needs every folder pyproject lists as a package:
-    each stage copies them all and .dockerignore excludes none (a missing one only fails
-    at `docker build`, which no test here can run)."""
+    """`pip install .` in the image needs every folder pyproject lists as a package: the
+    `source` stage copies them all, each image copies `source`, and .dockerignore excludes
+    none (a missing one only fails at `docker build`, which no test here can run)."""
     import tomllib
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    packages = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "packages"
     ]
-    dockerfile = (root / "Dockerfile").read_text()
-    ignored = {line.strip() for line in (root / ".dockerignore").read_text().splitlines()}
+    stages = {stage.name: stage for stage in dockerfile_stages(DOCKERFILE.read_text())}
+    source = stages["source"].instructions
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
     for package in packages:
-        assert dockerfile.count(f"COPY {package} ./{package}") == 2, package
+        assert f"COPY {package} ./{package}" in source, package
         assert package not in ignored, package
+    for name in ("gateway", "vllm"):
+        assert "COPY --from=source /opt/sparkserve ./" in stages[name].instructions, name
+
+
+# --- the user each image runs as -------------------------------------------------------
+ROOT_USERS = frozenset({"", "root", "0"})
+_ARG_REFERENCE = re.compile(r"\$\{([A-Za-z0-9_]+)\}|\$([A-Za-z0-9_]+)")
+
+
+@dataclass
+class Stage:
+    name: str
+    base: str  # FROM's image or stage reference, ${ARG}s unexpanded
+    args: dict[str, str | None] = field(default_factory=dict)
+    global_args: dict[str, str | None] = field(default_factory=dict)  # what FROM can use
+    instructions: list[str] = field(default_factory=list)
+
+    def last(self, keyword: str) -> str | None:
+        found = [i.split(None, 1)[1] for i in self.instructions if i.split()[0] == keyword]
+        return found[-1].strip() if found else None
+
+
+def dockerfile_stages(text: str) -> list[Stage]:
+    """Instructions per stage (continuation lines joined, comments dropped); ARGs with
+    their defaults, a stage's bare `ARG X` taking the global default as Docker does."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    logical = re.sub(r"\\\n", " ", "\n".join(lines))
+    global_args: dict[str, str | None] = {}
+    stages: list[Stage] = []
+    for line in (raw.strip() for raw in logical.splitlines()):
+        if not line:
+            continue
+        keyword, _, rest = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            words = [word for word in rest.split() if not word.startswith("--")]  # --platform
+            name = words[2] if len(words) > 2 and words[1].lower() == "as" else f"#{len(stages)}"
+            stages.append(Stage(name=name, base=words[0], global_args=dict(global_args)))
+            continue
+        if keyword == "ARG":
+            arg, _, default = rest.strip().partition("=")
+            target = stages[-1].args if stages else global_args
+            inherited = global_args.get(arg) if stages else None
+            target[arg] = default if "=" in rest else inherited
+        if stages:
+            stages[-1].instructions.append(f"{keyword} {rest.strip()}")
+    return stages
+
+
+def _expand(value: str, args: dict[str, str | None]) -> str | None:
+    """`${X}`/`$X` from the stage's ARG defaults; None when one has no default."""
+    missing = False
+
+    def substitute(match: re.Match[str]) -> str:
+        nonlocal missing
+        found = args.get(match[1] or match[2])
+        missing = missing or found is None
+        return found or ""
+
+    expanded = _ARG_REFERENCE.sub(substitute, value)
+    return None if missing else expanded
+
+
+def _stage_pattern(reference: str, args: dict[str, str | None]) -> re.Pattern[str]:
+    """A FROM/--from reference as a pattern over stage names: ARGs with a default replaced
+    by it, those without (`vllm-base-${TARGETARCH}`) by any text."""
+    pattern, end = "", 0
+    for match in _ARG_REFERENCE.finditer(reference):
+        value = args.get(match[1] or match[2])
+        pattern += re.escape(reference[end : match.start()])
+        pattern += ".+" if value is None else re.escape(value)
+        end = match.end()
+    return re.compile(pattern + re.escape(reference[end:]) + r"\Z")
+
+
+def runtime_users(text: str) -> dict[str, str | None]:
+    """The user each final stage (one no other stage builds on or copies from) runs as:
+    its last USER, else the one of the stage it is built FROM, else root (an outside base
+    image: vLLM's run as root). None: a USER whose ${ARG} has no default."""
+    stages = dockerfile_stages(text)
+    by_name = {stage.name: stage for stage in stages}
+
+    def parents(stage: Stage) -> list[Stage]:
+        pattern = _stage_pattern(stage.base, stage.global_args)
+        return [s for s in stages if s is not stage and pattern.match(s.name)]
+
+    def user(stage: Stage) -> str | None:
+        own = stage.last("USER")
+        if own is not None:
+            return _expand(own, stage.args)
+        inherited = [user(parent) for parent in parents(stage)]  # several: per TARGETARCH
+        roots = [found for found in inherited if _is_root(found)]
+        return (roots or inherited or ["root"])[0]
+
+    used: set[str] = set()
+    for stage in stages:
+        used.update(s.name for s in parents(stage))
+        for instruction in stage.instructions:
+            for ref in re.findall(r"--from=(\S+)", instruction):
+                pattern = _stage_pattern(ref, stage.args)
+                used.update(name for name in by_name if pattern.match(name))
+    return {s.name: user(s) for s in stages if s.name not in used}
+
+
+def _is_root(user: str | None) -> bool:
+    """Root, or not provably anyone else (an ARG without a default)."""
+    return user is None or user.split(":")[0] in ROOT_USERS
+
+
+def as_root(users: dict[str, str | None]) -> list[str]:
+    return [name for name, user in users.items() if _is_root(user)]
+
+
+def test_no_image_runs_as_root():
+    users = runtime_users(DOCKERFILE.read_text())
+    assert {"gateway", "vllm"} <= users.keys(), users
+    assert as_root(users) == [], users
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda t: re.sub(r"(?m)^USER .*\n", "", t), id="no USER"),
+        pytest.param(lambda t: t + "USER root\n", id="USER root"),
+        pytest.param(lambda t: t + "USER 0:10001\n", id="USER 0:gid"),
+        pytest.param(lambda t: t.replace("ARG SPARKSERVE_UID=10001", "ARG SPARKSERVE_UID=0"),
+                     id="uid 0 by default"),
+        pytest.param(lambda t: t.replace("ARG SPARKSERVE_UID=10001", "ARG SPARKSERVE_UID"),
+                     id="uid without default"),
+        pytest.param(lambda t: t + "FROM vllm-base-amd64 AS tools\n",
+                     id="new stage on the root base"),
+    ],
+)  # fmt: skip
+def test_the_root_check_catches(change):
+    broken = change(DOCKERFILE.read_text())
+    assert broken != DOCKERFILE.read_text()
+    assert as_root(runtime_users(broken)), broken
+
+
+def test_a_stage_inherits_the_user_of_the_stage_it_is_built_on():
+    text = "ARG A=amd64\nFROM x AS base-amd64\nUSER 7\nFROM base-${A} AS app\nRUN true\n"
+    assert runtime_users(text) == {"app": "7"}
+    assert runtime_users(text.replace("USER 7", "USER root")) == {"app": "root"}
+    assert runtime_users(text + "FROM app AS debug\n") == {"debug": "7"}
+
+
+def _env(stage: Stage) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for instruction in stage.instructions:
+        if instruction.startswith("ENV "):
+            pairs.update(word.split("=", 1) for word in shlex.split(instruction[4:]))
+    return pairs
+
+
+def test_the_vllm_user_owns_its_home_and_every_cache_dir_on_the_cache_volume(compose):
+    """Each cache path the image sets lies under the volume compose mounts at /cache and is
+    created in the image owned by the run-time user, so a fresh named volume inherits it."""
+    from entrypoint.planning import CACHE_ENV
+
+    stages = {stage.name: stage for stage in dockerfile_stages(DOCKERFILE.read_text())}
+    vllm = stages["vllm"]
+    env = _env(vllm)
+    owned_dirs = " ".join(
+        i for i in vllm.instructions if 'install -d -o "${SPARKSERVE_UID}"' in i
+    ).split()
+    mounts = {v.split(":")[1] for v in compose["services"]["vllm"]["volumes"] if isinstance(v, str)}
+    assert mounts == {"/cache"}
+    for name in ("HF_HOME", "SPARKSERVE_CACHE_DIR", "XDG_CACHE_HOME", "CUDA_CACHE_PATH"):
+        assert env[name] == "/cache" or env[name].startswith("/cache/"), name
+        assert env[name] in owned_dirs, f"{name}={env[name]} is not created for the user"
+    for sub in CACHE_ENV.values():  # vllm, triton, inductor under SPARKSERVE_CACHE_DIR
+        assert f"{env['SPARKSERVE_CACHE_DIR']}/{sub}" in owned_dirs, sub
+    assert any('--home-dir "${HOME}" --create-home' in i for i in vllm.instructions)
+    assert env["HOME"] and not env["HOME"].startswith("/cache")
+    assert vllm.last("USER") == "${SPARKSERVE_UID}:${SPARKSERVE_GID}"
+    multinode = yaml.safe_load(MULTINODE_FILE.read_text())["services"]
+    for name, service in {"vllm": compose["services"]["vllm"], **multinode}.items():
+        assert service["environment"]["SPARKSERVE_CACHE_DIR"] == env["SPARKSERVE_CACHE_DIR"]
+        assert "vllm-cache:/cache" in service["volumes"], name
