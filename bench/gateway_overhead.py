@@ -38,6 +38,7 @@ import aiohttp
 import httpx
 
 CONCURRENCY = (1, 8, 32)
+KEEPALIVE_S = 2.0
 DIRECT = "direct"
 
 
@@ -246,8 +247,7 @@ async def _measure(
     print(f"{'streams':>7} {'path':>12} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'events/s':>10}")
     timeout = aiohttp.ClientTimeout(total=600)
     sessions = {
-        name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout)
-        for name in urls
+        name: aiohttp.ClientSession(connector=_connector(), timeout=timeout) for name in urls
     }
     table: dict[int, dict[str, Summary]] = {}
     try:
@@ -265,9 +265,16 @@ async def _measure(
     return table
 
 
+def _connector() -> aiohttp.TCPConnector:
+    # Idle connections are dropped well before uvicorn's 5 s keep-alive timeout
+    # (vLLM's and the gateway's): reusing one the server is closing at that moment
+    # fails the request, a client-side artefact that is not either path's fault.
+    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+
+
 async def _load_for(url: str, streams: int, body: bytes, seconds: float) -> None:
     deadline = time.monotonic() + seconds
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+    async with aiohttp.ClientSession(connector=_connector()) as session:
         while time.monotonic() < deadline:
             await _round(session, url, streams, body)
 

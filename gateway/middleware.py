@@ -81,28 +81,39 @@ class HeaderLimits:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            headers = scope["headers"]
-            size = sum(len(name) + len(value) for name, value in headers)
-            if len(headers) > MAX_HEADER_COUNT or size > MAX_HEADER_BYTES:
-                await self._reject(len(headers), size, send)
+            error = headers_error(scope)
+            if error is not None:
+                self.metrics.rejected.labels("headers_too_large").inc()
+                await send_json_error(send, error)
                 return
         await self.app(scope, receive, send)
 
-    async def _reject(self, count: int, size: int, send: Send) -> None:
-        error = HeadersTooLarge(
-            f"Request headers too large ({count} headers, {size} bytes); the gateway "
-            f"accepts at most {MAX_HEADER_COUNT} headers and {MAX_HEADER_BYTES} bytes."
-        )
-        self.metrics.rejected.labels("headers_too_large").inc()
-        body = error.body()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": error.status_code,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+
+def headers_error(scope: Scope) -> HeadersTooLarge | None:
+    """The 431 for a request with too many or too large headers, else None."""
+    headers = scope["headers"]
+    size = sum(len(name) + len(value) for name, value in headers)
+    if len(headers) <= MAX_HEADER_COUNT and size <= MAX_HEADER_BYTES:
+        return None
+    return HeadersTooLarge(
+        f"Request headers too large ({len(headers)} headers, {size} bytes); the gateway "
+        f"accepts at most {MAX_HEADER_COUNT} headers and {MAX_HEADER_BYTES} bytes."
+    )
+
+
+async def send_json_error(send: Send, error: GatewayError) -> None:
+    """Send `error` as a complete OpenAI-shaped JSON response."""
+    body = error.body()
+    headers = [(k.encode(), v.encode()) for k, v in error.headers().items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status_code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

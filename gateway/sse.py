@@ -38,6 +38,11 @@ class EventSplitter:
         self._pending = data[start:]
         return events
 
+    @property
+    def idle(self) -> bool:
+        """No incomplete event is waiting for its end."""
+        return not self._pending
+
     def rest(self) -> bytes:
         """Whatever arrived after the last complete event (forwarded as is at the end)."""
         pending, self._pending = self._pending, b""
@@ -52,6 +57,19 @@ def _next_boundary(data: bytes, start: int, separators: tuple[bytes, ...]) -> in
         if found >= 0 and (best < 0 or found + len(separator) < best):
             best = found + len(separator)
     return best
+
+
+def plain_events(chunk: bytes) -> bool:
+    """True when `chunk` is whole `data:` events with `\n\n` separators and none of
+    them is `[DONE]` or carries usage: the common case of a token chunk, which the
+    relay forwards as it is without splitting it (the hot path, one check per chunk)."""
+    return (
+        chunk.startswith(b"data:")
+        and chunk.endswith(b"\n\n")
+        and b"\r" not in chunk
+        and b'"usage"' not in chunk
+        and _DONE not in chunk
+    )
 
 
 def _payload(event: bytes) -> Any:
@@ -88,6 +106,17 @@ class StreamObserver:
             self.on_gap(now - self.last_event_at)
         self.last_event_at = now
         return True
+
+    def tick(self, events: int) -> None:
+        """`events` data events (no usage, no [DONE]) arrived together now."""
+        now = time.monotonic()
+        if self.first_event_at is None:
+            self.first_event_at = now
+        elif self.last_event_at is not None:
+            self.on_gap(now - self.last_event_at)
+        for _ in range(events - 1):
+            self.on_gap(0.0)
+        self.last_event_at = now
 
     def _note_usage(self, event: bytes) -> bool:
         """Keep the latest usage; True when this is the final usage-only chunk."""

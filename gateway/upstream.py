@@ -16,6 +16,7 @@ from typing import Protocol
 import httpx
 
 from gateway.clients import WRITE_TIMEOUT_SECONDS, AiohttpUpstream, HttpxUpstream
+from gateway.h1client import HttptoolsUpstream
 from gateway.replicas import ReplicaSet
 from gateway.settings import GatewaySettings
 
@@ -93,7 +94,13 @@ def make_upstream_client(
             read_timeout_seconds=read,
             retry_after_seconds=retry_after,
         )
-    return AiohttpUpstream(
+    if settings.upstream_client == "aiohttp":
+        return AiohttpUpstream(
+            connect_timeout_seconds=connect,
+            read_timeout_seconds=read,
+            retry_after_seconds=retry_after,
+        )
+    return HttptoolsUpstream(
         connect_timeout_seconds=connect, read_timeout_seconds=read, retry_after_seconds=retry_after
     )
 

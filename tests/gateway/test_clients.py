@@ -1,4 +1,4 @@
-"""Both upstream clients over real sockets: bodies as they arrive, failures → gateway errors."""
+"""The upstream clients over real sockets: bodies as they arrive, failures → gateway errors."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ import pytest
 
 from gateway.clients import AiohttpUpstream, HttpxUpstream
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.h1client import HttptoolsUpstream
 from gateway.upstream import UpstreamClient
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-CLIENTS = ("aiohttp", "httpx")
+CLIENTS = ("httptools", "aiohttp", "httpx")
 
 
 def _client(kind: str, read_timeout_seconds: float = 5.0) -> UpstreamClient:
     timeouts = {"connect_timeout_seconds": 2.0, "read_timeout_seconds": read_timeout_seconds}
+    if kind == "httptools":
+        return HttptoolsUpstream(**timeouts, retry_after_seconds=3)
     if kind == "aiohttp":
         return AiohttpUpstream(**timeouts, retry_after_seconds=3)
     return HttpxUpstream(None, **timeouts, retry_after_seconds=3)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.sse import EventSplitter, StreamObserver
+from gateway.sse import EventSplitter, StreamObserver, plain_events
 
 EVENTS = [b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'] * 3 + [
     b'data: {"choices": [], "usage": {"prompt_tokens": 5}}\n\n',
@@ -57,3 +58,28 @@ def test_observer_keeps_usage_when_client_asked_and_continuous_usage() -> None:
         "completion_tokens": 1,
     }
     assert all(observer.observe(e) for e in EVENTS)
+
+
+@pytest.mark.parametrize(
+    ("chunk", "plain"),
+    [
+        (b'data: {"a":1}\n\n', True),
+        (b'data: {"a":1}\n\ndata: {"a":2}\n\n', True),
+        (b'data: {"a":1}\n\ndata: [DONE]\n\n', False),  # the end: observed event by event
+        (b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n', False),  # maybe dropped
+        (b'data: {"a":1}\r\n\r\n', False),  # other separators: split properly
+        (b'data: {"a":1}\n', False),  # incomplete
+        (b": keep-alive\n\n", False),  # not a data event
+    ],
+)
+def test_plain_events_are_only_whole_token_chunks(chunk: bytes, plain: bool) -> None:
+    assert plain_events(chunk) is plain
+
+
+def test_tick_times_events_that_arrived_together() -> None:
+    gaps: list[float] = []
+    observer = StreamObserver(drop_usage=False, on_gap=gaps.append)
+    observer.tick(1)
+    assert observer.first_event_at is not None and gaps == []
+    observer.tick(3)  # one real gap, then two events that came in the same read
+    assert len(gaps) == 3 and gaps[0] >= 0 and gaps[1:] == [0.0, 0.0]
