@@ -10,13 +10,13 @@ per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
 streams runs rounds on every path (direct, each gateway), interleaved in a
 rotating order so each path runs in each position equally often, after one
 discarded warm-up round per path.  It prints TTFT p50/p99 and aggregate
-events/s with the gateway/direct ratios.  The synthetic upstream isolates the
+tokens/s with the gateway/direct ratios.  The synthetic upstream isolates the
 gateway's own cost; figures against it are reported, not targeted.
 
 The load generator is kept cheap so it does not eat the CPU the gateway and the
 upstream need on a small machine: aiohttp (C HTTP parser) on uvloop, one
 keep-alive session per path (connection set-up is not counted), a pre-encoded
-body, and events counted by their blank-line separators instead of parsed.
+body, and a stream's tokens counted once its `[DONE]` arrives instead of parsed.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def serve_synthetic(port: int, events: int, gap_s: float) -> None:
 @dataclass
 class Round:
     ttft_s: list[float] = field(default_factory=list)
-    events: int = 0
+    tokens: int = 0
     failures: int = 0
     wall_s: float = 0.0
 
@@ -155,10 +155,15 @@ def _body(model: str, max_tokens: int) -> bytes:
     ).encode()
 
 
-async def _one_stream(session: aiohttp.ClientSession, url: str, body: bytes, out: Round) -> None:
+async def _one_stream(
+    session: aiohttp.ClientSession, url: str, body: bytes, tokens: int, out: Round
+) -> None:
+    """One stream; it counts `tokens` (its max_tokens, exact with ignore_eos) once its
+    `[DONE]` arrived.  Events are not counted: vLLM merges several tokens into one
+    event when its API server lags, so events/s would favour the slower path."""
     started = time.perf_counter()
     first: float | None = None
-    events, last = 0, b""
+    done, tail = False, b""
     headers = {"content-type": "application/json"}
     try:
         async with session.post(url + "/v1/chat/completions", data=body, headers=headers) as resp:
@@ -168,21 +173,25 @@ async def _one_stream(session: aiohttp.ClientSession, url: str, body: bytes, out
             async for chunk in resp.content.iter_any():
                 if first is None and b"data:" in chunk:
                     first = time.perf_counter()
-                # An event ends with a blank line; a separator may straddle two reads.
-                events += chunk.count(b"\n\n") + (last == b"\n" and chunk[:1] == b"\n")
-                last = chunk[-1:]
+                tail = (tail + chunk)[-len(DONE) :]  # [DONE] may straddle two reads
+                done = done or DONE.strip() in tail
     except aiohttp.ClientError:
+        out.failures += 1
+        return
+    if not done:
         out.failures += 1
         return
     if first is not None:
         out.ttft_s.append(first - started)
-    out.events += max(0, events - 1)  # not the [DONE] event
+    out.tokens += tokens
 
 
-async def _round(session: aiohttp.ClientSession, url: str, streams: int, body: bytes) -> Round:
+async def _round(
+    session: aiohttp.ClientSession, url: str, streams: int, body: bytes, tokens: int
+) -> Round:
     out = Round()
     started = time.perf_counter()
-    await asyncio.gather(*(_one_stream(session, url, body, out) for _ in range(streams)))
+    await asyncio.gather(*(_one_stream(session, url, body, tokens, out) for _ in range(streams)))
     out.wall_s = time.perf_counter() - started
     return out
 
@@ -198,13 +207,13 @@ def _pct(values: list[float], q: float) -> float:
 class Summary:
     ttft_p50_s: float
     ttft_p99_s: float
-    events_per_s: float
+    tokens_per_s: float
     failures: int
 
     @classmethod
     def of(cls, runs: list[Round]) -> Summary:
         ttft = [t for r in runs for t in r.ttft_s]
-        rate = sum(r.events for r in runs) / sum(r.wall_s for r in runs)
+        rate = sum(r.tokens for r in runs) / sum(r.wall_s for r in runs)
         return cls(_pct(ttft, 0.5), _pct(ttft, 0.99), rate, sum(r.failures for r in runs))
 
 
@@ -212,14 +221,14 @@ def _print_row(streams: int, name: str, s: Summary) -> None:
     fails = f" {s.failures} failed" if s.failures else ""
     print(
         f"{streams:>7} {name:>12} {s.ttft_p50_s * 1000:>12.1f} {s.ttft_p99_s * 1000:>12.1f} "
-        f"{s.events_per_s:>10.0f}{fails}"
+        f"{s.tokens_per_s:>10.0f}{fails}"
     )
 
 
 def _print_ratio(streams: int, name: str, g: Summary, d: Summary) -> None:
     print(
         f"{streams:>7} {name + '/d':>12} {g.ttft_p50_s / d.ttft_p50_s:>12.3f} "
-        f"{g.ttft_p99_s / d.ttft_p99_s:>12.3f} {g.events_per_s / d.events_per_s:>10.3f}"
+        f"{g.ttft_p99_s / d.ttft_p99_s:>12.3f} {g.tokens_per_s / d.tokens_per_s:>10.3f}"
     )
 
 
@@ -229,22 +238,23 @@ async def _measure_level(
     streams: int,
     rounds: int,
     body: bytes,
+    tokens: int,
 ) -> dict[str, Summary]:
     names = list(urls)
     for name in names:  # warm-up: connections, caches, JIT-free but lazy imports
-        await _round(sessions[name], urls[name], streams, body)
+        await _round(sessions[name], urls[name], streams, body, tokens)
     results: dict[str, list[Round]] = {name: [] for name in names}
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            results[name].append(await _round(sessions[name], urls[name], streams, body))
+            results[name].append(await _round(sessions[name], urls[name], streams, body, tokens))
     return {name: Summary.of(runs) for name, runs in results.items()}
 
 
 async def _measure(
-    urls: dict[str, str], levels: Sequence[int], rounds: int, body: bytes
+    urls: dict[str, str], levels: Sequence[int], rounds: int, body: bytes, tokens: int
 ) -> dict[int, dict[str, Summary]]:
-    print(f"{'streams':>7} {'path':>12} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'events/s':>10}")
+    print(f"{'streams':>7} {'path':>12} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'tokens/s':>10}")
     timeout = aiohttp.ClientTimeout(total=600)
     sessions = {
         name: aiohttp.ClientSession(connector=_connector(), timeout=timeout) for name in urls
@@ -252,7 +262,7 @@ async def _measure(
     table: dict[int, dict[str, Summary]] = {}
     try:
         for streams in levels:
-            summary = await _measure_level(sessions, urls, streams, rounds, body)
+            summary = await _measure_level(sessions, urls, streams, rounds, body, tokens)
             for name, s in summary.items():
                 _print_row(streams, name, s)
             for name, s in summary.items():
@@ -272,20 +282,22 @@ def _connector() -> aiohttp.TCPConnector:
     return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
 
 
-async def _load_for(url: str, streams: int, body: bytes, seconds: float) -> None:
+async def _load_for(url: str, streams: int, body: bytes, tokens: int, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     async with aiohttp.ClientSession(connector=_connector()) as session:
         while time.monotonic() < deadline:
-            await _round(session, url, streams, body)
+            await _round(session, url, streams, body, tokens)
 
 
-def _profile(gateway: str, pid: int, streams: int, body: bytes, svg: str, seconds: float) -> None:
+def _profile(
+    gateway: str, pid: int, streams: int, body: bytes, tokens: int, svg: str, seconds: float
+) -> None:
     spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     fmt = "flamegraph" if svg.endswith(".svg") else "raw"  # raw: collapsed stacks
     cmd = [spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "-o", svg]
     cmd += ["--format", fmt]
     recorder = subprocess.Popen([*cmd, "--rate", "250", "--nonblocking"])
-    asyncio.run(_load_for(gateway, streams, body, seconds + 1))
+    asyncio.run(_load_for(gateway, streams, body, tokens, seconds + 1))
     recorder.wait(60)
     print(f"py-spy profile of the gateway at {streams} streams: {svg}")
 
@@ -377,10 +389,18 @@ def main(argv: list[str] | None = None) -> int:
             f"load average {os.getloadavg()[0]:.2f}"
         )
         body = _body(args.model if args.vllm_url else "tiny", args.events)
-        asyncio.run(_measure(urls, levels, args.rounds, body))
+        asyncio.run(_measure(urls, levels, args.rounds, body, args.events))
         if args.py_spy:
             name, child = next(iter(gateways.items()))
-            _profile(urls[name], child.pid, levels[-1], body, args.py_spy, args.profile_seconds)
+            _profile(
+                urls[name],
+                child.pid,
+                levels[-1],
+                body,
+                args.events,
+                args.py_spy,
+                args.profile_seconds,
+            )
     finally:
         for child in children:
             child.terminate()

@@ -59,11 +59,19 @@ class HttpxResponse:
         self.status = response.status_code
         self.raw_headers: Sequence[tuple[bytes, bytes]] = response.headers.raw
         self.content_type = response.headers.get("content-type", "")
+        self._raw: AsyncIterator[bytes] | None = None
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        while (chunk := await self.next_chunk()) is not None:
+            yield chunk
+
+    async def next_chunk(self) -> bytes | None:
+        if self._raw is None:
+            self._raw = self._response.aiter_raw()
         try:
-            async for chunk in self._response.aiter_raw():
-                yield chunk
+            return await anext(self._raw)
+        except StopAsyncIteration:
+            return None
         except httpx.HTTPError as exc:
             raise translate_httpx(exc, self._retry_after) from None
 
@@ -116,9 +124,12 @@ class AiohttpResponse:
         self.content_type = response.headers.get("content-type", "")
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        while (chunk := await self.next_chunk()) is not None:
+            yield chunk
+
+    async def next_chunk(self) -> bytes | None:
         try:
-            async for chunk in self._response.content.iter_any():
-                yield chunk
+            return await self._response.content.readany() or None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise translate_aiohttp(exc, self._retry_after) from None
 

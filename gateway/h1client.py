@@ -65,6 +65,10 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[None] | None = None
+        # One lazily re-armed read timer instead of a timer per wait: a token stream
+        # waits once per event, and a timer handle each time is measurable CPU.
+        self._deadline = 0.0
+        self._watchdog: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -131,14 +135,26 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     async def _wait(self, timeout_s: float) -> None:
+        """Until the parser has news; TimeoutError after `timeout_s` without any."""
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(timeout_s, _expire, waiter)
+        self._deadline = loop.time() + timeout_s
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(self._deadline, self._check_deadline, loop)
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
+
+    def _check_deadline(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._watchdog = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # not waiting now: the next wait arms the timer again
+        if loop.time() >= self._deadline:
+            waiter.set_exception(TimeoutError())
+        else:
+            self._watchdog = loop.call_at(self._deadline, self._check_deadline, loop)
 
     def start(self, request: bytes) -> None:
         self._reset()
@@ -173,13 +189,11 @@ class _Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self.closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self.transport is not None:
             self.transport.close()
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
 
 
 class HttptoolsResponse:

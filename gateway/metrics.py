@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -24,13 +24,13 @@ QUEUE_BUCKETS_SECONDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
 
 
 class EventHistogram(Collector):
-    """A histogram for one observation per streamed event, without locks.
+    """A histogram without locks, observed only from the gateway's event-loop thread.
 
     prometheus_client's `Histogram.observe` takes a lock for the bucket and one for
-    the sum on every call; for the inter-token gap that is every event of every
-    stream, on the gateway's single event-loop thread (a measurable share of its CPU
-    at 32 streams, docs/gateway.md "Overhead").  Exposition is the same: cumulative
-    `_bucket{le=…}`, `_count` and `_sum`.
+    the sum on every call; the inter-token gap is observed for every event of every
+    stream and the other histograms for every request (a measurable share of the
+    gateway's CPU at 32 streams, docs/gateway.md "Overhead").  Exposition is the
+    same but for the `_created` series: cumulative `_bucket{le=…}`, `_count`, `_sum`.
     """
 
     def __init__(
@@ -65,10 +65,10 @@ class GatewayMetrics:
     requests: Counter
     in_flight: Gauge
     concurrency_limit: Gauge
-    queue_wait: Histogram
-    ttft: Histogram
+    queue_wait: EventHistogram
+    ttft: EventHistogram
     inter_token_latency: EventHistogram
-    e2e_latency: Histogram
+    e2e_latency: EventHistogram
     prompt_tokens: Counter
     completion_tokens: Counter
     cached_prompt_tokens: Counter
@@ -85,8 +85,8 @@ class GatewayMetrics:
         def counter(name: str, doc: str, *labels: str) -> Counter:
             return Counter(name, doc, labels, registry=registry)
 
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, buckets=buckets, registry=registry)
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> EventHistogram:
+            return EventHistogram(name, doc, buckets, registry)
 
         return cls(
             requests=counter(
@@ -111,11 +111,10 @@ class GatewayMetrics:
                 "Request start to first streamed event.",
                 TTFT_BUCKETS_SECONDS,
             ),
-            inter_token_latency=EventHistogram(
+            inter_token_latency=histogram(
                 "gateway_inter_token_latency_seconds",
                 "Gap between streamed events.",
                 ITL_BUCKETS_SECONDS,
-                registry,
             ),
             e2e_latency=histogram(
                 "gateway_e2e_latency_seconds",

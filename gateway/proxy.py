@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -175,8 +174,9 @@ class ProxyResponse(Response):
                 else:
                     outcome = await self._relay_body(response, send)
             finally:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
+                # Cancellation (the client left) was already delivered; aclose closes
+                # the upstream connection, so vLLM aborts the request.
+                await response.aclose()
         finally:
             upstream.replicas.finished(replica, outcome)
 
@@ -212,7 +212,7 @@ class ProxyResponse(Response):
         self.on_status(response.status)
         await send(self._start(response))
         try:
-            async for chunk in response.chunks():
+            while (chunk := await response.next_chunk()) is not None:
                 if splitter.idle and plain_events(chunk):
                     observer.tick(chunk.count(b"\n\n"))  # forwarded untouched
                     out = chunk

@@ -132,14 +132,22 @@ class SaltMaker:
     def __init__(self, secret: bytes, groups: Mapping[str, str]) -> None:
         self._secret = secret
         self._groups = dict(groups)
+        # A tenant's own salt, computed once: tenants are configured names, so bounded.
+        self._tenant_salts: dict[str, str] = {}
+
+    def _scope(self, tenant: str) -> str:
+        return "group:" + self._groups[tenant] if tenant in self._groups else "tenant:" + tenant
 
     def _hmac(self, message: str) -> str:
         return hmac.new(self._secret, message.encode(), hashlib.sha256).hexdigest()
 
     def salt_for(self, tenant: str, client_salt: object = None) -> str:
-        scope = "group:" + self._groups[tenant] if tenant in self._groups else "tenant:" + tenant
         if client_salt is None:
-            return self._hmac(scope)[:MAX_CACHE_SALT_CHARS]
+            salt = self._tenant_salts.get(tenant)
+            if salt is None:
+                salt = self._tenant_salts[tenant] = self._hmac(self._scope(tenant))
+            return salt[:MAX_CACHE_SALT_CHARS]
+        scope = self._scope(tenant)
         if not isinstance(client_salt, str) or not client_salt:
             raise BadRequest("Parameter 'cache_salt' must be a non-empty string if provided.")
         return self._hmac(scope + "\0client:" + client_salt)[:MAX_CACHE_SALT_CHARS]

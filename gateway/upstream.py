@@ -48,6 +48,10 @@ class UpstreamResponse(Protocol):
 
     def chunks(self) -> AsyncIterator[bytes]: ...
 
+    async def next_chunk(self) -> bytes | None:
+        """The next body bytes as they arrive; None at the end."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.h1client import HIGH_WATER_BYTES, HttptoolsUpstream
 
 LOOPS = ("asyncio", "uvloop")
@@ -239,3 +239,55 @@ def test_a_malformed_response_is_a_502() -> None:
     with pytest.raises(UpstreamError) as caught:
         asyncio.run(go())
     assert caught.value.status_code == 502
+
+
+def _ticking(events: int, gap_s: float, then_silent_s: float = 0.0) -> Handler:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(events):
+            writer.write(b"9\r\ndata: a\n\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(gap_s)
+        await asyncio.sleep(then_silent_s)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    return handler
+
+
+async def _read_all(url: str, read_timeout_s: float) -> int:
+    client = HttptoolsUpstream(
+        connect_timeout_seconds=2.0, read_timeout_seconds=read_timeout_s, retry_after_seconds=3
+    )
+    try:
+        response = await client.send("POST", url + "/x", [], b"{}")
+        received = 0
+        while (chunk := await response.next_chunk()) is not None:
+            received += len(chunk)
+        await response.aclose()
+        return received
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_read_timeout_is_per_wait_not_per_stream(loop: str) -> None:
+    """A stream that ticks more often than the read timeout lasts as long as it
+    likes; one that then falls silent for longer than it is cut with a 504."""
+
+    async def go() -> None:
+        server, url = await _serve(_ticking(12, 0.05))
+        try:
+            assert await _read_all(url, read_timeout_s=0.2) == 12 * len(b"data: a\n\n")
+        finally:
+            await server.close()
+        server, url = await _serve(_ticking(2, 0.05, then_silent_s=1.0))
+        try:
+            with pytest.raises(UpstreamTimeout):
+                await _read_all(url, read_timeout_s=0.2)
+        finally:
+            await server.close()
+
+    _run(loop, go())
