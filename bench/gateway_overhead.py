@@ -10,8 +10,11 @@ per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
 streams runs rounds on every path (direct, each gateway), interleaved in a
 rotating order so each path runs in each position equally often, after one
 discarded warm-up round per path.  It prints TTFT p50/p99 and aggregate
-tokens/s with the gateway/direct ratios.  The synthetic upstream isolates the
-gateway's own cost; figures against it are reported, not targeted.
+tokens/s with the gateway/direct ratios, pooled over all rounds (`/d`) and as
+the median of round-by-round ratios against the adjacent direct round (`/d pair`,
+robust to vLLM's own drift and stalls on a small shared machine).  The synthetic
+upstream isolates the gateway's own cost; figures against it are reported, not
+targeted.
 
 The load generator is kept cheap so it does not eat the CPU the gateway and the
 upstream need on a small machine: aiohttp (C HTTP parser) on uvloop, one
@@ -209,12 +212,28 @@ class Summary:
     ttft_p99_s: float
     tokens_per_s: float
     failures: int
+    runs: list[Round] = field(default_factory=list)
 
     @classmethod
     def of(cls, runs: list[Round]) -> Summary:
         ttft = [t for r in runs for t in r.ttft_s]
         rate = sum(r.tokens for r in runs) / sum(r.wall_s for r in runs)
-        return cls(_pct(ttft, 0.5), _pct(ttft, 0.99), rate, sum(r.failures for r in runs))
+        failures = sum(r.failures for r in runs)
+        return cls(_pct(ttft, 0.5), _pct(ttft, 0.99), rate, failures, runs)
+
+
+def paired_ratios(path: Summary, direct: Summary) -> tuple[float, float]:
+    """Medians over rounds of (TTFT p50, tokens/s) path/direct, each round compared with
+    the direct round next to it.  On a shared 2-core machine vLLM's own speed drifts
+    and stalls now and then; pooled figures take the stalls wherever they fell, the
+    paired median does not."""
+    ttft, rate = [], []
+    for ours, theirs in zip(path.runs, direct.runs, strict=True):
+        if ours.ttft_s and theirs.ttft_s:
+            ttft.append(_pct(ours.ttft_s, 0.5) / _pct(theirs.ttft_s, 0.5))
+        if ours.wall_s > 0 and theirs.tokens > 0:
+            rate.append((ours.tokens / ours.wall_s) / (theirs.tokens / theirs.wall_s))
+    return _pct(ttft, 0.5), _pct(rate, 0.5)
 
 
 def _print_row(streams: int, name: str, s: Summary) -> None:
@@ -230,6 +249,8 @@ def _print_ratio(streams: int, name: str, g: Summary, d: Summary) -> None:
         f"{streams:>7} {name + '/d':>12} {g.ttft_p50_s / d.ttft_p50_s:>12.3f} "
         f"{g.ttft_p99_s / d.ttft_p99_s:>12.3f} {g.tokens_per_s / d.tokens_per_s:>10.3f}"
     )
+    ttft, rate = paired_ratios(g, d)
+    print(f"{streams:>7} {name + '/d pair':>12} {ttft:>12.3f} {'':>12} {rate:>10.3f}")
 
 
 async def _measure_level(

@@ -1,0 +1,43 @@
+"""The gateway overhead benchmark runs end to end against its synthetic upstream and
+a real `python -m gateway`, and its paired ratios are computed round by round."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from bench.gateway_overhead import Round, Summary, paired_ratios
+
+SMALL_RUN = ("--rounds", "2", "--concurrency", "1,4", "--events", "8", "--gap-ms", "2")
+
+
+def test_paired_ratio_ignores_a_stall_that_pooled_figures_take() -> None:
+    def rounds(walls: list[float]) -> Summary:
+        return Summary.of([Round([w / 10] * 4, tokens=100, wall_s=w) for w in walls])
+
+    direct = rounds([1.0, 1.0, 1.0, 1.0, 1.0])
+    path = rounds([1.1, 1.1, 5.0, 1.1, 1.1])  # one stall of the shared machine
+    ttft, rate = paired_ratios(path, direct)
+    assert abs(ttft - 1.1) < 1e-9 and abs(rate - 1 / 1.1) < 1e-9
+    assert path.tokens_per_s / direct.tokens_per_s < 0.6  # pooled: the stall dominates
+
+
+def test_runs_against_the_synthetic_upstream() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gateway_overhead", *SMALL_RUN],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {
+        (m[1], m[2]): m[3]
+        for m in re.finditer(r"^\s*(\d+)\s+(\S+(?: pair)?)\s+(.*)$", done.stdout, re.M)
+    }
+    for streams in ("1", "4"):
+        for path in ("direct", "gateway", "gateway/d", "gateway/d pair"):
+            assert (streams, path) in rows, done.stdout
+        assert "failed" not in rows[(streams, "gateway")]
+        ttft_p50 = float(rows[(streams, "gateway")].split()[0])
+        assert ttft_p50 > 0
