@@ -4,6 +4,7 @@
     python -m bench.gateway_overhead --vllm-url URL        # a running vLLM (served name `tiny`)
     python -m bench.gateway_overhead --clients aiohttp,httpx   # one gateway per upstream client
     python -m bench.gateway_overhead --py-spy /tmp/gw.svg  # then profile the gateway at 32 streams
+    python -m bench.gateway_overhead --cpu-cost            # gateway CPU per request / per event
 
 Starts the upstream (unless --vllm-url) and `python -m gateway` (auth off; one
 per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
@@ -36,12 +37,14 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import httpx
 
 CONCURRENCY = (1, 8, 32)
-KEEPALIVE_S = 2.0
+CPU_COST_EVENTS = (2, 64)
+KEEPALIVE_S = 4.0
 DIRECT = "direct"
 
 
@@ -297,7 +300,7 @@ async def _measure(
 
 
 def _connector() -> aiohttp.TCPConnector:
-    # Idle connections are dropped well before uvicorn's 5 s keep-alive timeout
+    # Idle connections are dropped before uvicorn's 5 s keep-alive timeout
     # (vLLM's and the gateway's): reusing one the server is closing at that moment
     # fails the request, a client-side artefact that is not either path's fault.
     return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
@@ -321,6 +324,59 @@ def _profile(
     asyncio.run(_load_for(gateway, streams, body, tokens, seconds + 1))
     recorder.wait(60)
     print(f"py-spy profile of the gateway at {streams} streams: {svg}")
+
+
+# ---- CPU cost per request and per event (synthetic upstream) ----
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_cost(source: str | None, streams: int, rounds: int) -> tuple[float, float]:
+    """(CPU seconds per request, per streamed event) of a gateway, from two runs
+    against the synthetic upstream that differ only in events per stream (2 and 64):
+    the difference is the per-event cost, the rest the per-request cost."""
+    spent: dict[int, float] = {}
+    for events in CPU_COST_EVENTS:
+        port = free_port()
+        code = f"import bench.gateway_overhead as b; b.serve_synthetic({port}, {events}, 0.005)"
+        upstream = subprocess.Popen([sys.executable, "-c", code])
+        gateway: subprocess.Popen[bytes] | None = None
+        try:
+            _wait_ready(f"http://127.0.0.1:{port}", "/health")
+            gateway, url = _start_gateway(f"http://127.0.0.1:{port}", None, source)
+            _wait_ready(url, "/healthz")
+            spent[events] = asyncio.run(_cpu_of_rounds(gateway.pid, url, streams, rounds, events))
+        finally:
+            for child in (gateway, upstream):
+                if child is not None:
+                    child.terminate()
+                    child.wait(10)
+    requests = streams * rounds
+    low, high = CPU_COST_EVENTS
+    per_event = (spent[high] - spent[low]) / (requests * (high - low))
+    return spent[low] / requests - low * per_event, per_event
+
+
+async def _cpu_of_rounds(pid: int, url: str, streams: int, rounds: int, events: int) -> float:
+    body = _body("tiny", events)
+    async with aiohttp.ClientSession(connector=_connector()) as session:
+        await _round(session, url, streams, body, events)  # warm-up
+        before = _cpu_seconds(pid)
+        for _ in range(rounds):
+            await _round(session, url, streams, body, events)
+        return _cpu_seconds(pid) - before
+
+
+def _print_cpu_cost(paths: dict[str, str | None], streams: int, rounds: int) -> None:
+    print(f"gateway CPU at {streams} streams, {rounds} rounds (synthetic upstream):")
+    print(f"{'path':>12} {'per request us':>15} {'per event us':>13}")
+    for name, source in paths.items():
+        per_request, per_event = cpu_cost(source, streams, rounds)
+        print(f"{name:>12} {per_request * 1e6:>15.0f} {per_event * 1e6:>13.1f}")
 
 
 # ---- processes ----
@@ -371,6 +427,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--before", metavar="DIR", help="also race the gateway in this checkout")
     parser.add_argument("--py-spy", metavar="SVG", help="then profile the first gateway")
     parser.add_argument("--profile-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--cpu-cost",
+        action="store_true",
+        help="instead: the gateway's CPU per request and per event (synthetic upstream)",
+    )
     return parser.parse_args(argv)
 
 
@@ -378,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     _install_uvloop()
     levels = [int(n) for n in args.concurrency.split(",")]
+    if args.cpu_cost:
+        paths: dict[str, str | None] = {"gateway": None}
+        if args.before:
+            paths["gw-before"] = args.before
+        _print_cpu_cost(paths, levels[-1], args.rounds)
+        return 0
     children: list[subprocess.Popen[bytes]] = []
     try:
         upstream = args.vllm_url

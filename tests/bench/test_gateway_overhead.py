@@ -9,6 +9,7 @@ import sys
 
 from bench.gateway_overhead import Round, Summary, paired_ratios
 
+CPU_RUN = ("--rounds", "3", "--concurrency", "4")
 SMALL_RUN = ("--rounds", "2", "--concurrency", "1,4", "--events", "8", "--gap-ms", "2")
 
 
@@ -41,3 +42,18 @@ def test_runs_against_the_synthetic_upstream() -> None:
         assert "failed" not in rows[(streams, "gateway")]
         ttft_p50 = float(rows[(streams, "gateway")].split()[0])
         assert ttft_p50 > 0
+
+
+def test_cpu_cost_splits_per_request_and_per_event() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gateway_overhead", "--cpu-cost", *CPU_RUN],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = re.search(r"^\s*gateway\s+(\d+)\s+([\d.]+)\s*$", done.stdout, re.M)
+    assert row is not None, done.stdout
+    per_request_us, per_event_us = float(row[1]), float(row[2])
+    # A request costs the gateway more than relaying one event, and neither is free.
+    assert per_request_us > per_event_us > 0
