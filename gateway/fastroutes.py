@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayError
@@ -68,6 +68,9 @@ class FastRoutes:
         count = _Count(metrics, path)
         try:
             forward = await self._prepare(path, scope, receive)
+        except ClientDisconnect:  # the client left while sending its body
+            count(CLIENT_CLOSED_STATUS)
+            return
         except GatewayError as error:
             reason = rejection_reason(error)
             if reason is not None:

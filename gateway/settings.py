@@ -96,7 +96,8 @@ class GatewaySettings(BaseSettings):
     )
     thermal_poll_seconds: float = Field(5.0, gt=0, description="control /metrics poll period")
     upstream_client: Literal["httptools", "aiohttp", "httpx"] = Field(
-        "httptools", description="HTTP client to vLLM (httptools measured fastest)"
+        "httptools",
+        description="HTTP client to vLLM (httptools measured fastest; https upstreams use aiohttp)",
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: OnOff = Field("off", description="uvicorn access log")

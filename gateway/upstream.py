@@ -98,7 +98,10 @@ def make_upstream_client(
             read_timeout_seconds=read,
             retry_after_seconds=retry_after,
         )
-    if settings.upstream_client == "aiohttp":
+    # The httptools client speaks plain HTTP (vLLM next to the gateway); an https
+    # upstream gets aiohttp, which does TLS.
+    tls = any(url.startswith("https://") for url in settings.upstream_url)
+    if settings.upstream_client == "aiohttp" or tls:
         return AiohttpUpstream(
             connect_timeout_seconds=connect,
             read_timeout_seconds=read,

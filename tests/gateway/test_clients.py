@@ -11,7 +11,8 @@ import pytest
 from gateway.clients import AiohttpUpstream, HttpxUpstream
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.h1client import HttptoolsUpstream
-from gateway.upstream import UpstreamClient
+from gateway.upstream import UpstreamClient, make_upstream_client
+from tests.gateway.conftest import MakeSettings
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 CLIENTS = ("httptools", "aiohttp", "httpx")
@@ -101,3 +102,19 @@ def test_connection_refused_is_503_with_retry_after(kind: str) -> None:
 def test_silence_past_the_read_timeout_is_504(kind: str) -> None:
     with pytest.raises(UpstreamTimeout):
         asyncio.run(_with_server(_silent, kind, read_timeout_s=0.2))
+
+
+@pytest.mark.parametrize(
+    ("urls", "choice", "expected"),
+    [
+        ("http://vllm:8000", "httptools", HttptoolsUpstream),
+        ("http://a:8000,https://b:8443", "httptools", AiohttpUpstream),  # TLS: aiohttp
+        ("http://vllm:8000", "aiohttp", AiohttpUpstream),
+        ("https://vllm:8443", "httpx", HttpxUpstream),
+    ],
+)
+def test_the_upstream_client_choice(
+    make_settings: MakeSettings, urls: str, choice: str, expected: type
+) -> None:
+    settings = make_settings(upstream_url=urls, upstream_client=choice)
+    assert type(make_upstream_client(settings, None)) is expected
