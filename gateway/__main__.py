@@ -1,12 +1,19 @@
 """`python -m gateway`: serve the gateway with uvicorn (uvloop/httptools when present).
 
 Bad configuration prints one line on stderr and exits 2, never a traceback.
+SIGTERM or SIGINT shut it down gracefully (in-flight streams finish or are cut at
+uvicorn's shutdown) and it exits 0: uvicorn on its own re-raises the signal after a
+graceful shutdown, so `docker stop` would show exit code 143 for a clean stop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -21,6 +28,23 @@ def _fastest(module: str, preferred: str, fallback: str) -> str:
     return preferred if importlib.util.find_spec(module) is not None else fallback
 
 
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server with its signal handling, minus re-raising the signal at exit."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        signals = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in signals}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
 def main() -> int:
     try:
         settings = load_settings()
@@ -28,7 +52,7 @@ def main() -> int:
     except ConfigError as exc:
         print(f"gateway: {exc.message}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -39,6 +63,7 @@ def main() -> int:
         lifespan="on",
         ws="none",
     )
+    GracefulServer(config).run()
     return 0
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gateway.errors import ConfigError
@@ -88,3 +92,47 @@ def test_module_exits_2_with_one_line(tmp_path: Path, env: dict[str, str], expec
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and expected in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_module_stops_cleanly_with_exit_0_on_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    """`docker stop` sends SIGTERM: a graceful stop is exit code 0, not 143."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(
+        GATEWAY_UPSTREAM_URL="http://127.0.0.1:9",
+        GATEWAY_AUTH="off",
+        GATEWAY_HOST="127.0.0.1",
+        GATEWAY_PORT=str(port),
+        GATEWAY_STATE_DIR=str(tmp_path),
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "gateway"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("the gateway did not come up")
+        child.send_signal(sig)
+        _, stderr = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, stderr.decode()[-2000:]
+    assert b"Traceback" not in stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
