@@ -22,7 +22,12 @@ from reliability.context import Ctx
 from reliability.events import is_openai_error, parse_json
 from reliability.procs import group_members, rss_bytes
 from reliability.report import CaseResult, verdict
-from reliability.stack import EDGE_READ_TIMEOUT_SECONDS, StackError
+from reliability.stack import (
+    EDGE_READ_TIMEOUT_SECONDS,
+    GATEWAY_MAX_CONCURRENCY,
+    GATEWAY_QUEUE_SIZE,
+    StackError,
+)
 from reliability.stats import MIB, mib
 
 GROUP = "faults"
@@ -116,8 +121,11 @@ async def _long_streams(
 
 
 async def disconnects(ctx: Ctx) -> CaseResult:
-    """Many streams cut by their clients after a few tokens: vLLM idle, KV back to baseline."""
-    count = 8 if ctx.short else 16
+    """Many streams cut by their clients after a few tokens: vLLM idle, KV back to baseline.
+
+    The full run sends as many as the gateway admits at once (its slots plus its queue,
+    12): the queued ones get their turn only as the cut ones free their slots."""
+    count = 8 if ctx.short else GATEWAY_MAX_CONCURRENCY + GATEWAY_QUEUE_SIZE
     _, _, idle = await ctx.settle(0.0)
     tasks = await _long_streams(ctx, count, StreamPlan(stop_after_tokens=3))
     outcomes = await asyncio.gather(*tasks)
