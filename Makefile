@@ -119,5 +119,5 @@ bench-warmup: $(VENV)/.test-stamp ## First-request TTFT right after ready vs ste
 .PHONY: bench-gateway
 BENCH_GATEWAY_ARGS ?=
 
-bench-gateway: $(VENV)/.test-stamp ## Gateway vs direct: TTFT p50/p99, events/s at 1/8/32 streams (BENCH_GATEWAY_ARGS="--vllm-url URL")
+bench-gateway: $(VENV)/.test-stamp ## Gateway vs direct: TTFT p50/p99, tokens/s at 1/8/32 streams (BENCH_GATEWAY_ARGS="--vllm-url URL" or "--cpu-cost")
 	$(PY) -m bench.gateway_overhead $(BENCH_GATEWAY_ARGS)
