@@ -128,6 +128,9 @@ def replicas(
             replica.kill(signal.SIGTERM)
 
 
+RETURN_WAVES = 3
+
+
 def _settings(replicas: list[Replica], secret: str, routing: str, state: Path) -> GatewaySettings:
     return GatewaySettings(
         upstream_url=",".join(r.url for r in replicas),
@@ -290,12 +293,22 @@ def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None
         victim.start()  # comes back on the same port while the survivor serves
         assert all(asyncio.run(_wave(url, sessions, 2, max_tokens=4, stream=False)))
         victim.wait_healthy()
-        deadline = time.monotonic() + 10
-        while _gauge(registry, "gateway_upstream_healthy", "b") != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        before = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
-        assert all(asyncio.run(_wave(url, sessions, 3, max_tokens=4, stream=False)))
-        after = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
-        assert after - before == sum(on_victim)  # b's sessions returned to it
+        # b's sessions return to b once the gateway sees it healthy again.  A wave sent
+        # while a 0.5 s health check of the just-restarted vLLM timed out on this 2-core
+        # machine (seen once in CI) goes to a instead, correctly; so up to three waves,
+        # each after b is seen healthy, and one of them must bring all b's sessions home.
+        returned = []
+        for _ in range(RETURN_WAVES):
+            deadline = time.monotonic() + 10
+            while _gauge(registry, "gateway_upstream_healthy", "b") != 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            before = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
+            assert all(asyncio.run(_wave(url, sessions, 3, max_tokens=4, stream=False)))
+            after = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
+            returned.append(after - before)
+            if returned[-1] == sum(on_victim):
+                break
+        print(f"b's {sum(on_victim)} sessions served by b, wave by wave: {returned}")
+        assert returned[-1] == sum(on_victim)  # b's sessions returned to it
     assert survivor.proc is not None and survivor.proc.poll() is None
