@@ -21,34 +21,39 @@ from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 WRITE_TIMEOUT_SECONDS = 30.0
 
 
-def _unavailable(retry_after_seconds: int) -> UpstreamUnavailable:
+# The gateway's three upstream failures, worded once for every client (h1client too).
+def unavailable(retry_after_seconds: int) -> UpstreamUnavailable:
     return UpstreamUnavailable(
         "The model server is not reachable; retry later.", retry_after_seconds=retry_after_seconds
     )
 
 
-def _timeout() -> UpstreamTimeout:
+def timed_out() -> UpstreamTimeout:
     return UpstreamTimeout("The model server did not answer in time.")
 
 
+def broken(detail: str) -> UpstreamError:
+    return UpstreamError(f"The model server broke the connection ({detail}).")
+
+
 def _broken(exc: BaseException) -> UpstreamError:
-    return UpstreamError(f"The model server broke the connection ({type(exc).__name__}).")
+    return broken(type(exc).__name__)
 
 
 def translate_httpx(exc: httpx.HTTPError, retry_after_seconds: int) -> UpstreamError:
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-        return _unavailable(retry_after_seconds)
+        return unavailable(retry_after_seconds)
     if isinstance(exc, httpx.TimeoutException):
-        return _timeout()
+        return timed_out()
     return _broken(exc)
 
 
 def translate_aiohttp(exc: BaseException, retry_after_seconds: int) -> UpstreamError:
     # ConnectionTimeoutError is also a TimeoutError: test the connect failures first.
     if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-        return _unavailable(retry_after_seconds)
+        return unavailable(retry_after_seconds)
     if isinstance(exc, TimeoutError):
-        return _timeout()
+        return timed_out()
     return _broken(exc)
 
 

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.clients import broken, timed_out, unavailable
 
 # Unread body bytes past which the socket is paused, and the level to resume at.
 HIGH_WATER_BYTES = 256 * 1024
@@ -213,9 +213,9 @@ class HttptoolsResponse:
         try:
             return await self._conn.next_chunk(self._client.read_timeout_seconds)
         except TimeoutError:
-            raise UpstreamTimeout("The model server did not answer in time.") from None
+            raise timed_out() from None
         except _Broken as exc:
-            raise UpstreamError(f"The model server broke the connection ({exc}).") from None
+            raise broken(str(exc)) from None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         while (chunk := await self.next_chunk()) is not None:
@@ -248,19 +248,13 @@ class HttptoolsUpstream:
         self._retry_after = retry_after_seconds
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
 
-    def _unavailable(self) -> UpstreamUnavailable:
-        return UpstreamUnavailable(
-            "The model server is not reachable; retry later.",
-            retry_after_seconds=self._retry_after,
-        )
-
     async def _connect(self, host: str, port: int) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout_seconds):
                 _, conn = await loop.create_connection(_Connection, host, port)
         except (OSError, TimeoutError):
-            raise self._unavailable() from None
+            raise unavailable(self._retry_after) from None
         return conn
 
     def _pooled(self, key: tuple[str, int]) -> _Connection | None:
@@ -294,13 +288,13 @@ class HttptoolsUpstream:
                 return await self._exchange(key, conn, request)
             except _Broken as exc:
                 if not exc.before_response:
-                    raise UpstreamError(f"The model server broke the connection ({exc}).") from None
+                    raise broken(str(exc)) from None
             # The idle connection had been closed by the server: nothing reached vLLM.
         conn = await self._connect(host, port)
         try:
             return await self._exchange(key, conn, request)
         except _Broken as exc:
-            raise UpstreamError(f"The model server broke the connection ({exc}).") from None
+            raise broken(str(exc)) from None
 
     async def _exchange(
         self, key: tuple[str, int], conn: _Connection, request: bytes
@@ -310,7 +304,7 @@ class HttptoolsUpstream:
             await conn.response_head(self.read_timeout_seconds)
         except TimeoutError:
             conn.abort()
-            raise UpstreamTimeout("The model server did not answer in time.") from None
+            raise timed_out() from None
         except BaseException:
             conn.abort()
             raise

@@ -4,7 +4,8 @@ bounded buffering for a slow reader, and uvloop's transports."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -61,6 +62,18 @@ async def _serve(handler: Handler) -> tuple[_Server, str]:
     return server, await server.start()
 
 
+@contextlib.asynccontextmanager
+async def _served(handler: Handler) -> AsyncIterator[tuple[HttptoolsUpstream, str]]:
+    """A client and the URL of a test server running `handler`; both closed after."""
+    server, url = await _serve(handler)
+    client = _client()
+    try:
+        yield client, url
+    finally:
+        await client.aclose()
+        await server.close()
+
+
 async def _get(client: HttptoolsUpstream, url: str) -> tuple[int, bytes]:
     response = await client.send("POST", url + "/v1/x", [("x-a", "1")], b"{}")
     try:
@@ -88,14 +101,9 @@ def test_keep_alive_connection_is_reused(loop: str) -> None:
         writer.close()
 
     async def go() -> None:
-        server, url = await _serve(handler)
-        client = _client()
-        try:
+        async with _served(handler) as (client, url):
             for _ in range(3):
                 assert await _get(client, url) == (200, b"{}")
-        finally:
-            await client.aclose()
-            await server.close()
 
     _run(loop, go())
     assert len(connections) == 1 and len(requests) == 3
@@ -119,15 +127,10 @@ def test_a_pooled_connection_the_server_closed_is_replaced(loop: str) -> None:
         writer.close()
 
     async def go() -> None:
-        server, url = await _serve(handler)
-        client = _client()
-        try:
+        async with _served(handler) as (client, url):
             assert await _get(client, url) == (200, b"{}")
             await asyncio.sleep(0.05)  # the close reaches the pooled connection
             assert await _get(client, url) == (200, b"{}")
-        finally:
-            await client.aclose()
-            await server.close()
 
     _run(loop, go())
     assert len(connections) == 2
@@ -156,9 +159,7 @@ def test_a_connection_closing_as_the_request_goes_out_is_retried_once(loop: str)
         writer.close()
 
     async def go() -> None:
-        server, url = await _serve(handler)
-        client = _client()
-        try:
+        async with _served(handler) as (client, url):
             assert await _get(client, url) == (200, b"{}")
             served.clear()  # the retry's fresh connection answers
             assert await _get(client, url) == (200, b"{}")
@@ -166,9 +167,6 @@ def test_a_connection_closing_as_the_request_goes_out_is_retried_once(loop: str)
             with pytest.raises(UpstreamError) as caught:
                 await _get(client, url)
             assert caught.value.status_code == 502
-        finally:
-            await client.aclose()
-            await server.close()
 
     _run(loop, go())
 
@@ -190,9 +188,7 @@ def test_a_slow_reader_pauses_the_socket(loop: str) -> None:
         writer.close()
 
     async def go() -> None:
-        server, url = await _serve(handler)
-        client = _client()
-        try:
+        async with _served(handler) as (client, url):
             response = await client.send("POST", url + "/x", [], b"{}")
             received = 0
             largest_buffer = 0
@@ -204,9 +200,6 @@ def test_a_slow_reader_pauses_the_socket(loop: str) -> None:
             assert received == total
             # One read of the socket may land past the mark before reading pauses.
             assert largest_buffer <= HIGH_WATER_BYTES + 1024 * 1024
-        finally:
-            await client.aclose()
-            await server.close()
 
     _run(loop, go())
 
@@ -228,13 +221,8 @@ def test_a_malformed_response_is_a_502() -> None:
         writer.close()
 
     async def go() -> None:
-        server, url = await _serve(handler)
-        client = _client()
-        try:
+        async with _served(handler) as (client, url):
             await client.send("POST", url + "/x", [], b"{}")
-        finally:
-            await client.aclose()
-            await server.close()
 
     with pytest.raises(UpstreamError) as caught:
         asyncio.run(go())
