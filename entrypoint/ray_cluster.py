@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,12 @@ PROBE_TIMEOUT_SECONDS = 20.0  # ray.init retries an unreachable GCS for minutes
 WAIT_POLL_SECONDS = 2.0
 PROGRESS_EVERY_SECONDS = 30.0
 LOCAL_HEAD = "127.0.0.1"
+# Ray ≥ 2.5x drains a node for up to this many seconds (default 30) when `ray start
+# --block` gets SIGTERM, for Ray Serve replicas to move away. Nothing of ours runs on
+# Ray once the entrypoint stops it (vLLM is stopped first on the head; a worker only
+# hosts vLLM's workers), and a drain as long as the grace period ends in SIGKILL
+# (seen on the H200 run: the raylet never went idle). So it is off unless set.
+RAY_DRAIN_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
 
 
 @dataclass(frozen=True)
@@ -70,18 +76,40 @@ def head_address(config: EntrypointConfig) -> str:
     return address if ":" in address else f"{address}:{config.ray_port}"
 
 
-def ray_launch(config: EntrypointConfig) -> Launch:
-    """`ray start` for this node's role, in the foreground (--block)."""
+def ray_launch(config: EntrypointConfig, environ: Mapping[str, str] | None = None) -> Launch:
+    """`ray start` for this node's role, in the foreground (--block). `environ` is the
+    environment it will inherit: a drain timeout set there is kept."""
     if config.role == "head":
         role_args: tuple[str, ...] = ("--head", "--port", str(config.ray_port))
     else:
         role_args = ("--address", head_address(config))
+    env = {"RAY_USAGE_STATS_ENABLED": "0", **interconnect_env(config)}
+    if RAY_DRAIN_ENV not in (environ or {}):
+        env[RAY_DRAIN_ENV] = "0"
     return Launch(
         prefix=(ray_executable(), "start"),
         planned_args=(*role_args, "--block"),
         extra_args=config.ray_extra_args,
-        env={"RAY_USAGE_STATS_ENABLED": "0", **interconnect_env(config)},
+        env=env,
     )
+
+
+def drain_outlasts_grace(config: EntrypointConfig, environ: Mapping[str, str]) -> str | None:
+    """A warning when a drain timeout set by the user is not shorter than the grace period."""
+    value = environ.get(RAY_DRAIN_ENV)
+    if value is None:
+        return None
+    try:
+        drain = float(value)
+    except ValueError:
+        return f"{RAY_DRAIN_ENV}={value!r} is not a number; Ray falls back to its default (30 s)"
+    if drain > 0 and drain >= config.stop_grace_seconds:
+        return (
+            f"{RAY_DRAIN_ENV}={value} s is not shorter than SPARKSERVE_STOP_GRACE_SECONDS="
+            f"{config.stop_grace_seconds:g}: on stop, Ray will still be draining when it is "
+            "SIGKILLed (unset it, or raise the grace period above it)"
+        )
+    return None
 
 
 def interconnect_summary(config: EntrypointConfig, expected: Expected | None = None) -> str:

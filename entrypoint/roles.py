@@ -21,6 +21,7 @@ from entrypoint.planning import Launch
 from entrypoint.ray_cluster import (
     LOCAL_HEAD,
     Expected,
+    drain_outlasts_grace,
     interconnect_summary,
     probe_cluster,
     ray_launch,
@@ -65,7 +66,10 @@ def for_head(launch: Launch, config: EntrypointConfig) -> Launch:
 
 
 def start_ray(config: EntrypointConfig, console: Console, environ: dict[str, str]) -> VLLMChild:
-    launch = ray_launch(config)
+    launch = ray_launch(config, environ)
+    warning = drain_outlasts_grace(config, environ)
+    if warning is not None:
+        console.say("warning: " + warning)
     console.say(f"starting Ray: {launch.shown()}")
     try:
         node = VLLMChild(launch, console, LogWatcher(), environ, console.ray, "Ray")

@@ -7,6 +7,7 @@ cluster is complete; a Ray worker only joins: see roles.py).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
@@ -55,7 +56,7 @@ def dry_run(config: EntrypointConfig, console: Console) -> int:
     """Print the plan and the exact command; 1 when it does not fit (and not forced)."""
     if config.role != "single":
         console.raw(interconnect_summary(config))
-        console.raw("ray command: " + ray_launch(config).shown())
+        console.raw("ray command: " + ray_launch(config, os.environ).shown())
     if config.role == "worker":
         return 0
     prepared = prepare(config, console)

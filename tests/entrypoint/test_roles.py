@@ -7,7 +7,15 @@ from budget.plan import build_plan
 from entrypoint.config import load_config
 from entrypoint.errors import ConfigError, PreflightError, RayError
 from entrypoint.planning import build_launch
-from entrypoint.ray_cluster import ClusterView, Expected, Node, ray_launch, wait_for_cluster
+from entrypoint.ray_cluster import (
+    RAY_DRAIN_ENV,
+    ClusterView,
+    Expected,
+    Node,
+    drain_outlasts_grace,
+    ray_launch,
+    wait_for_cluster,
+)
 from entrypoint.roles import check_role, expected_cluster, for_head
 from entrypoint.vllm_flags import check_flags, vllm_parser
 
@@ -50,6 +58,34 @@ def test_worker_joins_the_head_in_the_foreground_with_the_link_settings():
 def test_head_starts_ray_on_its_port():
     launch = ray_launch(load_config({"SPARKSERVE_ROLE": "head", "SPARKSERVE_RAY_PORT": "7000"}))
     assert launch.argv[1:] == ("start", "--head", "--port", "7000", "--block")
+
+
+def test_rays_drain_on_sigterm_is_off_unless_the_user_set_it():
+    """Ray drains for 30 s on SIGTERM by default; with a 30 s grace that ended in SIGKILL."""
+    config = load_config({**WORKER})
+    assert ray_launch(config, {}).env[RAY_DRAIN_ENV] == "0"
+    assert "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0" in ray_launch(config, {}).shown()
+    assert RAY_DRAIN_ENV not in ray_launch(config, {RAY_DRAIN_ENV: "5"}).env  # theirs is kept
+
+
+@pytest.mark.parametrize(
+    ("drain", "grace", "warned"),
+    [
+        (None, "30", False),
+        ("5", "30", False),
+        ("0", "1", False),
+        ("30", "30", True),
+        ("60", "30", True),
+        ("soon", "30", True),
+    ],
+)
+def test_a_drain_the_grace_period_cannot_cover_is_warned_about(drain, grace, warned):
+    config = load_config({**WORKER, "SPARKSERVE_STOP_GRACE_SECONDS": grace})
+    environ = {} if drain is None else {RAY_DRAIN_ENV: drain}
+    warning = drain_outlasts_grace(config, environ)
+    assert (warning is not None) == warned
+    if warned:
+        assert RAY_DRAIN_ENV in warning and drain in warning
 
 
 @pytest.fixture(scope="module")
