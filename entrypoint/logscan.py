@@ -50,11 +50,15 @@ def _count(text: str) -> int:
 
 
 class LogWatcher:
-    """Fed every vLLM line (from the forwarding thread); returns phase messages."""
+    """Fed every vLLM line (from the forwarding thread); returns phase messages.
+
+    With TP or PP every rank logs its own weights and graph lines: a phase message
+    already returned is not returned again (the numbers are still recorded)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._observed = Observed()
+        self._reported: set[str] = set()
 
     def snapshot(self) -> Observed:
         with self._lock:
@@ -91,4 +95,7 @@ class LogWatcher:
             phases.append(f"engine initialised in {match[1]} s")
         if match := SERVER_UP.search(line):
             phases.append(f"server starting on {match[1]}")
-        return phases
+        with self._lock:
+            new = [phase for phase in phases if phase not in self._reported]
+            self._reported.update(new)
+        return new
