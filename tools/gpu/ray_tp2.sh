@@ -25,6 +25,8 @@
 #   … the same with .gpu/p_part01 … p_part06 and .gpu/p_part08 (8 calls in all), then
 #   run(carry=[.gpu/p_part07, .gpu/p_part09], timeout_s=600,
 #       command="timeout 590 bash tools/gpu/ray_tp2.sh run")
+# `restart` instead of `run` starts it twice (cold, then warm caches; files under
+# $OUT/cold and $OUT/warm, one line each in $OUT/summary.txt).
 # Files back under $OUT: summary.txt (the lines that matter), entrypoint.log (the whole
 # output: [sparkserve], [ray] and [vllm] lines), ray_status.txt, chat.json, metrics.txt,
 # install.log, ray_logs.tgz (Ray's session logs: raylet, GCS, the vLLM workers).
@@ -168,14 +170,31 @@ run() {
     wait "$pid"
     code=$?
     say "entrypoint exit code $code"
-    grep -E '^\[sparkserve\]|^sparkserve:|cluster after|Ray pid|Ray stopped|placement.group|Placement|RayWorker|ray_executor|RayExecutor|distributed_executor_backend|tensor_parallel_size|world_size|KV cache size|Maximum concurrency|Available KV cache|Model loading took|Graph capturing|init engine|Starting vLLM|Error|error:|Traceback' \
+    grep -E '^\[sparkserve\]|^sparkserve:|cluster after|Ray pid|Ray stopped|placement.group|Placement|RayWorker|ray_executor|RayExecutor|distributed_executor_backend|tensor_parallel_size|world_size|KV cache size|Maximum concurrency|Available KV cache|Model loading took|Graph capturing|init engine|torch.compile took|FlashInfer Allreduce|Starting vLLM|Error|error:|Traceback' \
         "$OUT/entrypoint.log" | cut -c1-400 | head -200 >> "$summary"
     tar czf "$OUT/ray_logs.tgz" -C /tmp/ray/session_latest logs 2>/dev/null
     [ "$ready" = 1 ] && [ -s "$OUT/chat.json" ]
 }
 
+restart() {
+    # The same launch twice on one machine: a cold start, then a warm one that finds the
+    # caches the first left (vLLM's torch.compile cache under SPARKSERVE_CACHE_DIR,
+    # FlashInfer's JIT kernels under ~/.cache/flashinfer), as a container restarted on
+    # the compose volume would. Each run's files go to $OUT/cold and $OUT/warm.
+    local base=$OUT status=0
+    for phase in cold warm; do
+        OUT=$base/$phase
+        summary=$OUT/summary.txt
+        mkdir -p "$OUT"
+        ( run ) || status=1
+        echo "$phase: $(grep -E '^ready=|torch.compile took|phase: ready after' "$summary" | sed 's/.*INFO/INFO/' | tr '\n' ' ')" >> "$base/summary.txt"
+    done
+    return $status
+}
+
 case "${1:-}" in
     stage) stage ;;
     run) run ;;
-    *) echo "usage: $0 stage|run (see the header)" >&2; exit 2 ;;
+    restart) restart ;;
+    *) echo "usage: $0 stage|run|restart (see the header)" >&2; exit 2 ;;
 esac
