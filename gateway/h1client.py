@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from functools import lru_cache
 from typing import cast
 from urllib.parse import urlsplit
@@ -69,8 +68,6 @@ class _Connection(asyncio.Protocol):
         # One lazily re-armed read timer instead of a timer per wait: a token stream
         # waits once per event, and a timer handle each time is measurable CPU.
         self._deadline = 0.0
-        self._timeout_s = 0.0
-        self._loop_time: Callable[[], float] = time.monotonic
         self._watchdog: asyncio.TimerHandle | None = None
         self._reset()
 
@@ -85,10 +82,6 @@ class _Connection(asyncio.Protocol):
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
         self._paused = False
-        # A sink takes body bytes straight from the parser callback (the relay of a
-        # token stream writes them to the client), saving a task wake-up per event;
-        # what it refuses, and everything while bytes are queued, goes to the queue.
-        self.sink: Callable[[bytes], bool] | None = None
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -118,12 +111,6 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
-        sink = self.sink
-        if sink is not None and not self._chunks and sink(body):
-            # Data is flowing: push the read deadline of the wait in progress.
-            if self._waiter is not None:
-                self._deadline = self._loop_time() + self._timeout_s
-            return
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER_BYTES and not self._paused and self.transport:
@@ -151,8 +138,6 @@ class _Connection(asyncio.Protocol):
         """Until the parser has news; TimeoutError after `timeout_s` without any."""
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
-        self._loop_time = loop.time
-        self._timeout_s = timeout_s
         self._deadline = loop.time() + timeout_s
         if self._watchdog is None:
             self._watchdog = loop.call_at(self._deadline, self._check_deadline, loop)
@@ -224,10 +209,6 @@ class HttptoolsResponse:
                 self.content_type = value.decode("latin-1")
         self._released = False
 
-    def set_sink(self, sink: Callable[[bytes], bool] | None) -> None:
-        """Offer each body chunk to `sink` first, from the read callback (see _Connection)."""
-        self._conn.sink = sink
-
     async def next_chunk(self) -> bytes | None:
         try:
             return await self._conn.next_chunk(self._client.read_timeout_seconds)
@@ -246,7 +227,6 @@ class HttptoolsResponse:
         if self._released:
             return
         self._released = True
-        self._conn.sink = None
         if self._conn.reusable():
             self._client.release(self._key, self._conn)
         else:

@@ -211,11 +211,8 @@ class ProxyResponse(Response):
         splitter = EventSplitter()
         self.on_status(response.status)
         await send(self._start(response))
-        relay = _DirectRelay.offer(response, send, splitter, observer)
         try:
             while (chunk := await response.next_chunk()) is not None:
-                if relay is not None:
-                    relay.busy = True  # no direct write may overtake this chunk
                 if splitter.idle and plain_events(chunk):
                     observer.tick(chunk.count(b"\n\n"))  # forwarded untouched
                     out = chunk
@@ -223,8 +220,6 @@ class ProxyResponse(Response):
                     out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-                if relay is not None:
-                    relay.busy = False
             tail = splitter.rest()
         except UpstreamError as error:
             metrics.upstream_errors.labels(error.kind).inc()
@@ -249,60 +244,6 @@ class ProxyResponse(Response):
         details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
         if isinstance(details, dict):
             metrics.cached_prompt_tokens.labels(tenant).inc(_count(details.get("cached_tokens")))
-
-
-class _DirectRelay:
-    """Whole token events written to the client from the upstream read callback.
-
-    Only for uvicorn's httptools server with a chunked response, and only while
-    nothing is pending: the client's socket is not paused (slow client), the
-    relay loop is not holding a chunk, no partial event is buffered.  Anything
-    else (the usage chunk to drop, a split event, back-pressure) returns False
-    and goes through the relay loop and ASGI `send` as before."""
-
-    __slots__ = ("_cycle", "_observer", "_splitter", "_transport", "busy")
-
-    def __init__(self, cycle: Any, splitter: EventSplitter, observer: StreamObserver) -> None:
-        self.busy = False
-        self._cycle = cycle
-        self._transport = cycle.transport
-        self._splitter = splitter
-        self._observer = observer
-
-    @classmethod
-    def offer(
-        cls,
-        response: UpstreamResponse,
-        send: Send,
-        splitter: EventSplitter,
-        observer: StreamObserver,
-    ) -> _DirectRelay | None:
-        set_sink = getattr(response, "set_sink", None)
-        cycle = getattr(send, "__self__", None)
-        if (
-            set_sink is None
-            or type(cycle).__module__ != "uvicorn.protocols.http.httptools_impl"
-            or getattr(cycle, "chunked_encoding", None) is not True
-            or getattr(cycle, "response_complete", True)
-        ):
-            return None
-        relay = cls(cycle, splitter, observer)
-        set_sink(relay.write)
-        return relay
-
-    def write(self, chunk: bytes) -> bool:
-        cycle = self._cycle
-        if (
-            self.busy
-            or cycle.flow.write_paused
-            or cycle.disconnected
-            or not self._splitter.idle
-            or not plain_events(chunk)
-        ):
-            return False
-        self._observer.tick(chunk.count(b"\n\n"))
-        self._transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-        return True
 
 
 def _count(value: object) -> int:
