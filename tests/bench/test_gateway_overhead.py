@@ -54,7 +54,6 @@ def test_cpu_cost_splits_per_request_and_per_event() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     row = re.search(r"^\s*gateway\s+(-?\d+)\s+(-?[\d.]+)\s*$", done.stdout, re.M)
     assert row is not None, done.stdout
-    per_request_us, per_event_us = float(row[1]), float(row[2])
-    # 10 ms CPU ticks: the per-event figure (thousands of events) is solid, the
-    # per-request one (a difference of small tick counts) is only reported here.
-    assert per_event_us > 0 and abs(per_request_us) < 1e6
+    # 10 ms CPU ticks: the per-event figure (thousands of events) is solid and checked;
+    # the per-request one (a difference of small tick counts) is printed, not checked.
+    assert float(row[2]) > 0
