@@ -60,6 +60,9 @@ def main() -> int:
         http=_fastest("httptools", "httptools", "h11"),
         log_level=settings.log_level,
         access_log=settings.access_log == "on",
+        # The client address from X-Forwarded-For is only used by the access log;
+        # without it, uvicorn's proxy-headers middleware would run on every request.
+        proxy_headers=settings.access_log == "on",
         lifespan="on",
         ws="none",
     )

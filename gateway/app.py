@@ -30,7 +30,7 @@ from gateway.layout import VolatileMatcher
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import HeaderLimits, RequestMetrics, rejection_reason
 from gateway.openapi import json_route, plain_route
-from gateway.prepare import Preparer
+from gateway.prepare import Incoming, Preparer
 from gateway.probes import Probes
 from gateway.proxy import ProxyDeps, ProxyResponse
 from gateway.replicas import ReplicaSet
@@ -96,6 +96,7 @@ def _preparer(settings: GatewaySettings, metrics: GatewayMetrics) -> Preparer:
         metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
         layout_enabled=settings.layout == "on",
+        affinity_needed=len(settings.upstream_url) > 1,
     )
 
 
@@ -191,16 +192,18 @@ def _add_routes(app: FastAPI, preparer: Preparer, deps: ProxyDeps) -> None:
         )
 
     async def models(request: Request) -> Response:
-        principal = preparer.principal(request)
-        return ProxyResponse(deps, preparer.plain(request, "/v1/models", principal))
+        incoming = Incoming(request.scope, request.receive)
+        principal = preparer.principal(incoming)
+        return ProxyResponse(deps, preparer.plain(incoming, "/v1/models", principal))
 
     app.add_api_route("/v1/models", models, methods=["GET"], openapi_extra=plain_route())
 
 
 def _json_handler(preparer: Preparer, deps: ProxyDeps, path: str) -> Handler:
     async def handler(request: Request) -> Response:
-        principal = preparer.principal(request)
-        return ProxyResponse(deps, await preparer.json_call(request, path, principal))
+        incoming = Incoming(request.scope, request.receive)
+        principal = preparer.principal(incoming)
+        return ProxyResponse(deps, await preparer.json_call(incoming, path, principal))
 
     handler.__name__ = "proxy_" + path.strip("/").replace("/", "_")
     return handler

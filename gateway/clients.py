@@ -70,6 +70,9 @@ class HttpxResponse:
         while (chunk := await self.next_chunk()) is not None:
             yield chunk
 
+    def ended(self) -> bool:
+        return False  # not tracked: the relay sends the end on its own
+
     async def next_chunk(self) -> bytes | None:
         if self._raw is None:
             self._raw = self._response.aiter_raw()
@@ -131,6 +134,9 @@ class AiohttpResponse:
     async def chunks(self) -> AsyncIterator[bytes]:
         while (chunk := await self.next_chunk()) is not None:
             yield chunk
+
+    def ended(self) -> bool:
+        return False  # not tracked: the relay sends the end on its own
 
     async def next_chunk(self) -> bytes | None:
         try:

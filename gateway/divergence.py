@@ -11,18 +11,18 @@ its last one, must be a prefix of the new history).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.jsoncodec import canonical
+
 SEGMENTS = ("system", "tools", "history")
 
 
 def _hash(value: Any) -> bytes:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+    return hashlib.blake2b(canonical(value), digest_size=16).digest()
 
 
 @dataclass(frozen=True)

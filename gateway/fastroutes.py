@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayError
@@ -31,7 +31,7 @@ from gateway.middleware import (
     rejection_reason,
     send_json_error,
 )
-from gateway.prepare import Preparer
+from gateway.prepare import Incoming, Preparer
 from gateway.proxy import Forward, ProxyDeps, ProxyResponse
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class FastRoutes:
         error = headers_error(scope)
         if error is not None:
             raise error
-        request = Request(scope, receive)
+        request = Incoming(scope, receive)
         principal = self.preparer.principal(request)
         if path == MODELS:
             return self.preparer.plain(request, path, principal)

@@ -221,6 +221,10 @@ class HttptoolsResponse:
         while (chunk := await self.next_chunk()) is not None:
             yield chunk
 
+    def ended(self) -> bool:
+        conn = self._conn
+        return conn.complete and not conn._chunks and conn.error is None
+
     async def aclose(self) -> None:
         # A response read to its end goes back to the pool; one cut short is closed,
         # so vLLM sees the disconnect and aborts the request.

@@ -15,12 +15,12 @@ to its own output changes nothing (idempotent).  Pure: no I/O, no shared state.
 
 from __future__ import annotations
 
-import json
 import re
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from gateway.jsoncodec import dumps
 
 # Most specific first: a timestamp contains a date and a clock time.
 BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -46,7 +46,8 @@ TRAILER_HEADING = "[Values moved here from the system prompt]"
 class LayoutReport:
     """What the rewrite changed; `header()` is the `x-sparkserve-layout` value."""
 
-    moved: Counter[str] = field(default_factory=Counter)
+    # Plain dicts, not `collections.Counter`: cheaper to make, once per request.
+    moved: dict[str, int] = field(default_factory=dict)
     tools_sorted: bool = False
     schemas_canonical: bool = False
 
@@ -68,16 +69,28 @@ class LayoutReport:
         return ";".join(parts) or "unchanged"
 
 
+# Where a built-in pattern can begin: a digit (timestamp, date, time) or a run of
+# eight hex characters (uuid, hex_id).  A regex that starts with a character set is
+# searched quickly; the alternation, with its look-behinds, tried at every character
+# of a long system prompt cost ~0.3 us a character (docs/gateway.md, "Overhead").
+_BUILTIN_START = re.compile(r"[0-9A-Fa-f](?:(?<=[0-9])|[0-9A-Fa-f]{7})")
+
+
 class VolatileMatcher:
-    """One compiled alternation of the configured rules and the built-in patterns."""
+    """One compiled alternation of the configured rules and the built-in patterns.
+
+    Without configured rules the alternation is tried only where a built-in pattern
+    can begin (`_BUILTIN_START`), with the same result as `re.sub` over the whole
+    text: leftmost match first, the first alternative that matches there."""
 
     def __init__(self, rules: Mapping[str, str]) -> None:
         self.kinds = [*rules, *(kind for kind, _ in BUILTIN_PATTERNS)]
         patterns = [*rules.values(), *(pattern for _, pattern in BUILTIN_PATTERNS)]
         alternation = "|".join(f"(?P<k{i}>{p})" for i, p in enumerate(patterns))
         self._regex = re.compile(alternation)
+        self._anywhere = bool(rules)  # a configured rule may begin with any character
 
-    def substitute(self, text: str, values: dict[str, str], moved: Counter[str]) -> str:
+    def substitute(self, text: str, values: dict[str, str], moved: dict[str, int]) -> str:
         """Replace each volatile value by its placeholder, recording it in `values`."""
 
         def replace(match: re.Match[str]) -> str:
@@ -86,12 +99,28 @@ class VolatileMatcher:
             for placeholder, known in values.items():
                 if known == value:
                     return placeholder
-            moved[kind] += 1
-            placeholder = f"[{kind}_{moved[kind]}]"
+            moved[kind] = number = moved.get(kind, 0) + 1
+            placeholder = f"[{kind}_{number}]"
             values[placeholder] = value
             return placeholder
 
-        return self._regex.sub(replace, text)
+        if self._anywhere:
+            return self._regex.sub(replace, text)
+        parts: list[str] = []
+        search, match = _BUILTIN_START.search, self._regex.match
+        position = done = 0
+        while (candidate := search(text, position)) is not None:
+            start = candidate.start()
+            found = match(text, start)  # look-behinds still see the text before `start`
+            if found is None:
+                position = start + 1
+                continue
+            parts += (text[done:start], replace(found))
+            position = done = found.end()  # no built-in pattern matches empty text
+        if not parts:
+            return text
+        parts.append(text[done:])
+        return "".join(parts)
 
     def _kind(self, match: re.Match[str]) -> str:
         for i, kind in enumerate(self.kinds):
@@ -123,12 +152,12 @@ def canonical_tools(tools: list[Any], report: LayoutReport) -> list[Any]:
     ordered = sorted(tools, key=_tool_name)
     report.tools_sorted = [_tool_name(t) for t in ordered] != [_tool_name(t) for t in tools]
     canonical = [canonical_json(tool) for tool in ordered]
-    report.schemas_canonical = json.dumps(canonical) != json.dumps(ordered)
+    report.schemas_canonical = dumps(canonical) != dumps(ordered)
     return canonical
 
 
 def _substitute_content(
-    content: Any, matcher: VolatileMatcher, values: dict[str, str], moved: Counter[str]
+    content: Any, matcher: VolatileMatcher, values: dict[str, str], moved: dict[str, int]
 ) -> Any:
     if isinstance(content, str):
         return matcher.substitute(content, values, moved)
@@ -175,7 +204,7 @@ def move_volatile(messages: list[Any], matcher: VolatileMatcher, report: LayoutR
     if target is None:
         return messages
     values: dict[str, str] = {}
-    moved: Counter[str] = Counter()
+    moved: dict[str, int] = {}
     rewritten = []
     for index, message in enumerate(messages):
         if index < target and _role(message) in STABLE_ROLES:
@@ -185,7 +214,8 @@ def move_volatile(messages: list[Any], matcher: VolatileMatcher, report: LayoutR
     if not values:
         return messages
     rewritten[target] = _append_trailer(rewritten[target], values)
-    report.moved.update(moved)
+    for kind, count in moved.items():
+        report.moved[kind] = report.moved.get(kind, 0) + count
     return rewritten
 
 

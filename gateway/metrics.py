@@ -12,6 +12,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, Self
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily
@@ -60,6 +61,35 @@ class EventHistogram(Collector):
         yield family
 
 
+class MemoCounter(Counter):
+    """prometheus_client's `Counter` with each labelled child kept after its first
+    `.labels(...)`: the library validates the values and takes a lock on every call,
+    and the gateway makes several per request.  Label values are bounded (module
+    docstring), so the memo is too."""
+
+    def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Self:
+        if labelkwargs:
+            return super().labels(*labelvalues, **labelkwargs)
+        memo: dict[tuple[Any, ...], Self] = self.__dict__.setdefault("_memo", {})
+        child = memo.get(labelvalues)
+        if child is None:
+            child = memo[labelvalues] = super().labels(*labelvalues)
+        return child
+
+
+class MemoGauge(Gauge):
+    """`Gauge` with memoised labelled children, as `MemoCounter`."""
+
+    def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Self:
+        if labelkwargs:
+            return super().labels(*labelvalues, **labelkwargs)
+        memo: dict[tuple[Any, ...], Self] = self.__dict__.setdefault("_memo", {})
+        child = memo.get(labelvalues)
+        if child is None:
+            child = memo[labelvalues] = super().labels(*labelvalues)
+        return child
+
+
 @dataclass(frozen=True)
 class GatewayMetrics:
     requests: Counter
@@ -83,7 +113,7 @@ class GatewayMetrics:
     @classmethod
     def create(cls, registry: CollectorRegistry) -> GatewayMetrics:
         def counter(name: str, doc: str, *labels: str) -> Counter:
-            return Counter(name, doc, labels, registry=registry)
+            return MemoCounter(name, doc, labels, registry=registry)
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> EventHistogram:
             return EventHistogram(name, doc, buckets, registry)
@@ -149,7 +179,7 @@ class GatewayMetrics:
                 "Consecutive requests of a session whose prefix broke, by first segment.",
                 "segment",
             ),
-            upstream_in_flight=Gauge(
+            upstream_in_flight=MemoGauge(
                 "gateway_upstream_in_flight",
                 "Requests sent to a vLLM replica and not finished.",
                 ["replica"],
@@ -161,7 +191,7 @@ class GatewayMetrics:
                 "replica",
                 "outcome",
             ),
-            upstream_healthy=Gauge(
+            upstream_healthy=MemoGauge(
                 "gateway_upstream_healthy",
                 "1 while a replica is healthy (last /health or connection), else 0.",
                 ["replica"],

@@ -7,13 +7,15 @@ the JSON sent upstream is the client's object with the gateway's changes.
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope
 
+from gateway import jsoncodec
 from gateway.divergence import DivergenceTracker, session_key
 from gateway.errors import BadRequest, BodyTooLarge
 from gateway.layout import VolatileMatcher, rewrite_chat
@@ -23,14 +25,48 @@ from gateway.routing import affinity_key
 from gateway.tenancy import Authenticator, Principal, SaltMaker
 from gateway.upstream import forward_headers
 
-LAYOUT_HEADER = "x-sparkserve-layout"
-SESSION_HEADER = "x-session-id"
+LAYOUT_HEADER_NAME = "x-sparkserve-layout"
+LAYOUT_HEADER = LAYOUT_HEADER_NAME.encode()
+SESSION_HEADER = b"x-session-id"
 # Routes whose vLLM request models accept `cache_salt` (vllm/entrypoints/*/protocol.py).
 SALTED_ROUTES = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"}
 )
 GENERATION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 USAGE_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+class Incoming:
+    """What preparing needs of an ASGI request: method, headers, body.
+
+    Lighter than starlette's `Request` on the hot path: the headers are looked up
+    in a dict built once (the first of repeated headers wins, as with starlette's
+    `Headers.get`) rather than by a scan of the header list per lookup."""
+
+    __slots__ = ("_headers", "_receive", "method", "raw_headers")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.method: str = scope["method"]
+        self.raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
+        self._headers = dict(reversed(self.raw_headers))
+        self._receive = receive
+
+    def header(self, name: bytes) -> str | None:
+        """The value of header `name` (lower case), or None."""
+        value = self._headers.get(name)
+        return None if value is None else value.decode("latin-1")
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; `ClientDisconnect` if the client leaves first."""
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            body = message.get("body", b"")
+            if body:
+                yield body
+            if not message.get("more_body", False):
+                return
 
 
 @dataclass(frozen=True)
@@ -44,16 +80,19 @@ class Preparer:
     metrics: GatewayMetrics
     max_body_bytes: int
     layout_enabled: bool
+    # Only a choice between replicas needs the request's affinity key.
+    affinity_needed: bool = True
 
-    def principal(self, request: Request) -> Principal:
-        return self.auth.authenticate(request.headers.get("authorization"))
+    def principal(self, request: Incoming) -> Principal:
+        return self.auth.authenticate(request.header(b"authorization"))
 
-    def plain(self, request: Request, path: str, principal: Principal) -> Forward:
-        headers = forward_headers(request.headers.raw, {})
+    def plain(self, request: Incoming, path: str, principal: Principal) -> Forward:
+        headers = forward_headers(request.raw_headers, {})
         return Forward(request.method, path, principal, headers)
 
-    async def json_call(self, request: Request, path: str, principal: Principal) -> Forward:
-        body = parse_json_object(await read_body(request, self.max_body_bytes))
+    async def json_call(self, request: Incoming, path: str, principal: Principal) -> Forward:
+        parsed = parse_json(await read_body(request, self.max_body_bytes))
+        body: dict[str, Any] = parsed.value
         extra: dict[str, str] = {}
         if path == "/v1/chat/completions":
             body = self._layout(request, principal, body, extra)
@@ -61,32 +100,32 @@ class Preparer:
             body["cache_salt"] = self.salts.salt_for(principal.tenant, body.get("cache_salt"))
         stream = body.get("stream") is True
         drop_usage = stream and path in USAGE_ROUTES and request_usage(body)
-        headers = forward_headers(request.headers.raw, {"content-type": "application/json"})
+        headers = forward_headers(request.raw_headers, {"content-type": "application/json"})
         return Forward(
             "POST",
             path,
             principal,
             headers,
-            body=_dump(body),
+            body=jsoncodec.dumps(body, parsed.exact),
             stream=stream,
             drop_usage=drop_usage,
             generation=path in GENERATION_ROUTES,
             extra_headers=extra,
-            affinity=affinity_key(path, body),
+            affinity=affinity_key(path, body) if self.affinity_needed else None,
         )
 
     def _layout(
-        self, request: Request, principal: Principal, body: dict[str, Any], extra: dict[str, str]
+        self, request: Incoming, principal: Principal, body: dict[str, Any], extra: dict[str, str]
     ) -> dict[str, Any]:
         sent = body
-        if self.layout_enabled and request.headers.get(LAYOUT_HEADER, "").lower() != "off":
+        if self.layout_enabled and (request.header(LAYOUT_HEADER) or "").lower() != "off":
             sent, report = rewrite_chat(body, self.matcher)
-            extra[LAYOUT_HEADER] = report.header()
+            extra[LAYOUT_HEADER_NAME] = report.header()
             for kind, count in report.kinds().items():
                 self.metrics.layout_rewrites.labels(kind).inc(count)
         else:
-            extra[LAYOUT_HEADER] = "off"
-        key = session_key(principal.tenant, request.headers.get(SESSION_HEADER), body)
+            extra[LAYOUT_HEADER_NAME] = "off"
+        key = session_key(principal.tenant, request.header(SESSION_HEADER), body)
         segment = self.divergence.observe(key, sent)
         if segment is not None:
             self.metrics.prefix_divergence.labels(segment).inc()
@@ -105,13 +144,13 @@ def request_usage(body: dict[str, Any]) -> bool:
     return True
 
 
-async def read_body(request: Request, limit_bytes: int) -> bytes:
-    declared = request.headers.get("content-length", "")
+async def read_body(request: Incoming, limit_bytes: int) -> bytes:
+    declared = request.header(b"content-length") or ""
     if declared.isdigit() and int(declared) > limit_bytes:
         await _drain(request, DRAIN_LIMIT_FACTOR * limit_bytes)
         raise _too_large(limit_bytes)
     chunks, size = [], 0
-    async for chunk in request.stream():
+    async for chunk in request.chunks():
         size += len(chunk)
         if size > limit_bytes:
             raise _too_large(limit_bytes)
@@ -119,11 +158,11 @@ async def read_body(request: Request, limit_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _drain(request: Request, most_bytes: int) -> None:
+async def _drain(request: Incoming, most_bytes: int) -> None:
     """Read and drop a refused body (up to a bound) so the client, still sending, reads
     the 413 instead of a connection reset; past the bound the connection just closes."""
     drained = 0
-    async for chunk in request.stream():
+    async for chunk in request.chunks():
         drained += len(chunk)
         if drained > most_bytes:
             return
@@ -134,22 +173,29 @@ def _too_large(limit_bytes: int) -> BodyTooLarge:
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
+    value: dict[str, Any] = parse_json(raw).value
+    return value
+
+
+def parse_json(raw: bytes) -> jsoncodec.Parsed:
+    """The body as a JSON object; 400 for anything else."""
     try:
-        body = json.loads(raw)
+        parsed = jsoncodec.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise BadRequest(f"Request body is not valid JSON ({exc}).") from None
-    if not isinstance(body, dict):
+    if not isinstance(parsed.value, dict):
         raise BadRequest("Request body must be a JSON object.")
-    if _SURROGATE_ESCAPE.search(raw):
-        _check_unicode(body)
-    return body
+    # orjson refuses lone surrogates, so only a body `json` parsed can hold one.
+    if not parsed.exact and _SURROGATE_ESCAPE.search(raw):
+        _check_unicode(parsed.value)
+    return parsed
 
 
 def _check_unicode(body: dict[str, Any]) -> None:
     """JSON may spell lone UTF-16 surrogates (`"\\ud800"`); they are no text and cannot
     be encoded for vLLM. Pairs (emoji) decode to one character and pass."""
     try:
-        json.dumps(body, ensure_ascii=False).encode()
+        jsoncodec.dumps(body, exact=False)
     except UnicodeEncodeError:
         raise BadRequest(
             "Request body contains a lone UTF-16 surrogate escape (\\ud800-\\udfff); "
@@ -162,7 +208,3 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF][0-9a-fA-F]{2}")
 # A refused body (Content-Length over the limit) is read and dropped up to this many
 # times the limit, so clients see the 413.
 DRAIN_LIMIT_FACTOR = 16
-
-
-def _dump(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

@@ -11,7 +11,6 @@ aborts the request and frees its KV blocks.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.admission import Admission
 from gateway.errors import GatewayError, Overloaded, UpstreamError, UpstreamUnavailable
+from gateway.jsoncodec import loads_or_none
 from gateway.metrics import GatewayMetrics
 from gateway.replicas import Replica
 from gateway.sse import EventSplitter, StreamObserver, plain_events
@@ -211,6 +211,7 @@ class ProxyResponse(Response):
         splitter = EventSplitter()
         self.on_status(response.status)
         await send(self._start(response))
+        last = b""
         try:
             while (chunk := await response.next_chunk()) is not None:
                 if splitter.idle and plain_events(chunk):
@@ -218,9 +219,12 @@ class ProxyResponse(Response):
                     out = chunk
                 else:
                     out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
+                if response.ended():  # vLLM's end came with this chunk: one write for both
+                    last = out
+                    break
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-            tail = splitter.rest()
+            tail = last + splitter.rest()
         except UpstreamError as error:
             metrics.upstream_errors.labels(error.kind).inc()
             tail, outcome = splitter.rest() + sse_error_event(error), error.kind
@@ -253,9 +257,6 @@ def _count(value: object) -> int:
 def _usage_of(status: int, body: bytes) -> dict[str, Any] | None:
     if status != 200 or b'"usage"' not in body:
         return None
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return None
+    payload = loads_or_none(body)
     usage = payload.get("usage") if isinstance(payload, dict) else None
     return usage if isinstance(usage, dict) else None

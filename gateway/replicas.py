@@ -52,6 +52,8 @@ class ReplicaSet:
             metrics.upstream_in_flight.labels(replica.name).set(0)
 
     def candidates(self, key: bytes | None) -> list[Replica]:
+        if len(self.replicas) == 1:  # the common case: no choice to make
+            return self.replicas
         states = [ReplicaState(r.name, r.healthy, r.in_flight) for r in self.replicas]
         order = candidates(
             states, key, routing=self._routing, max_in_flight=self._max_in_flight, turn=self._turn

@@ -14,10 +14,11 @@ the healthy replicas.  Requests without a key go to the least-loaded one.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from gateway.jsoncodec import canonical
 
 Routing = Literal["affinity", "round_robin"]
 STABLE_ROLES = ("system", "developer")
@@ -35,8 +36,7 @@ class ReplicaState:
 
 
 def _digest(*parts: Any) -> bytes:
-    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+    return hashlib.blake2b(canonical(parts), digest_size=16).digest()
 
 
 def _leading_system(messages: Any) -> list[Any]:

@@ -8,11 +8,12 @@ whether an event is the usage chunk the gateway itself asked for (dropped).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from gateway.jsoncodec import loads_or_none
 
 _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 _DONE = b"data: [DONE]"
@@ -76,10 +77,7 @@ def _payload(event: bytes) -> Any:
     """The JSON of a single-line `data:` event, or None."""
     for line in event.splitlines():
         if line.startswith(b"data:"):
-            try:
-                return json.loads(line[5:])
-            except ValueError:
-                return None
+            return loads_or_none(line[5:])
     return None
 
 

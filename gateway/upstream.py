@@ -39,6 +39,8 @@ HOP_BY_HOP = frozenset(
 REQUEST_DROPPED = HOP_BY_HOP | {"authorization", "cookie", "accept-encoding", "x-session-id"}
 # Set again by uvicorn, or no longer true once the gateway rewrote the stream.
 RESPONSE_DROPPED = HOP_BY_HOP | {"date", "server"}
+_REQUEST_DROPPED_BYTES = frozenset(name.encode() for name in REQUEST_DROPPED)
+_RESPONSE_DROPPED_BYTES = frozenset(name.encode() for name in RESPONSE_DROPPED)
 
 
 class UpstreamResponse(Protocol):
@@ -50,6 +52,11 @@ class UpstreamResponse(Protocol):
 
     async def next_chunk(self) -> bytes | None:
         """The next body bytes as they arrive; None at the end."""
+        ...
+
+    def ended(self) -> bool:
+        """True when the body was read to its end already (so the relay can send its
+        last bytes and the end of the response in one write); False when unknown."""
         ...
 
     async def aclose(self) -> None: ...
@@ -127,15 +134,11 @@ def forward_headers(
     kept = [
         (name.decode("latin-1"), value.decode("latin-1"))
         for name, value in raw
-        if name.lower().decode("latin-1") not in REQUEST_DROPPED
+        if name.lower() not in _REQUEST_DROPPED_BYTES
         and not name.lower().startswith(b"x-sparkserve-")
     ]
     return kept + list(extra.items())
 
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [
-        (name, value)
-        for name, value in raw
-        if name.lower().decode("latin-1") not in RESPONSE_DROPPED
-    ]
+    return [(name, value) for name, value in raw if name.lower() not in _RESPONSE_DROPPED_BYTES]

@@ -144,3 +144,61 @@ def test_roles_that_are_not_strings_are_left_alone() -> None:
     body = {"messages": [{"role": ["system"], "content": "at 2025-01-01T10:00:00Z"}]}
     sent, report = rewrite_chat(body, VolatileMatcher({}))
     assert sent["messages"] == body["messages"] and report.header() == "unchanged"
+
+
+# Without configured rules the matcher tries its alternation only where a built-in
+# pattern can begin; with any rule it runs `re.sub` over the whole text.  A rule that
+# never matches therefore gives the plain `re.sub` result to compare with.
+BUILTIN_ONLY = VolatileMatcher({})
+REFERENCE = VolatileMatcher({"never": r"(?!)"})
+
+
+def _substituted(matcher: VolatileMatcher, text: str) -> tuple[str, dict[str, str]]:
+    values: dict[str, str] = {}
+    return matcher.substitute(text, values, {}), values
+
+
+def test_builtin_only_matcher_finds_every_kind() -> None:
+    text, values = _substituted(BUILTIN_ONLY, SYSTEM.replace(" ticket TICKET-42", ""))
+    assert values == {
+        "[timestamp_1]": "2026-11-29T09:30:56Z",
+        "[uuid_1]": "550e8400-e29b-41d4-a716-446655440000",
+        "[hex_id_1]": "deadbeefcafe0123456789ab",
+        "[date_1]": "2026-11-29",
+        "[time_1]": "09:31",
+    }
+    assert "2026" not in text and "[uuid_1]" in text
+
+
+@given(st.text(alphabet="0123456789abcdefABCDEFxyz -:T/.,Z+pm", max_size=120))
+def test_builtin_only_matcher_equals_re_sub(text: str) -> None:
+    assert _substituted(BUILTIN_ONLY, text) == _substituted(REFERENCE, text)
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "2026-11-29",
+                "T",
+                "09:31",
+                ":07",
+                "Z",
+                " ",
+                "x",
+                "deadbeef",
+                "0123",
+                "-",
+                "12/31/2025",
+                "550e8400-e29b-41d4-a716-446655440000",
+                "7 pm",
+                "+01:00",
+                "cafe",
+            ]
+        ),
+        max_size=12,
+    )
+)
+def test_builtin_only_matcher_equals_re_sub_on_realistic_pieces(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert _substituted(BUILTIN_ONLY, text) == _substituted(REFERENCE, text)

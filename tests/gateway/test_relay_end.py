@@ -1,0 +1,134 @@
+"""The end of a stream: when vLLM's last events and the end of its chunked body come
+in one read, the relay sends them to the client as one final body message (one
+write); when the end comes later, the events go out first and the end after."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.app import create_app
+from gateway.h1client import HttptoolsUpstream
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+FIRST = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+LAST = b'data: {"choices":[{"delta":{"content":"b"}}]}\n\ndata: [DONE]\n\n'
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class _Upstream:
+    """A vLLM stand-in: head and first event, then the last events and the end of
+    the body in one write (`together`) or in two writes 50 ms apart."""
+
+    def __init__(self, together: bool) -> None:
+        self.together = together
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        self.server.close()
+        await self.server.wait_closed()
+        await asyncio.sleep(0.01)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.startswith(b"content-length")
+        )
+        await reader.readexactly(length)
+        writer.write(HEAD + _chunk(FIRST))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        if self.together:
+            writer.write(_chunk(LAST) + b"0\r\n\r\n")
+        else:
+            writer.write(_chunk(LAST))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_httptools_response_knows_when_the_body_ended(together: bool) -> None:
+    async def go() -> list[tuple[bytes, bool]]:
+        upstream = _Upstream(together)
+        port = await upstream.start()
+        client = HttptoolsUpstream(
+            connect_timeout_seconds=2, read_timeout_seconds=5, retry_after_seconds=1
+        )
+        seen = []
+        try:
+            response = await client.send("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+            while (chunk := await response.next_chunk()) is not None:
+                seen.append((chunk, response.ended()))
+            await response.aclose()
+        finally:
+            await client.aclose()
+            await upstream.close()
+        return seen
+
+    seen = asyncio.run(go())
+    assert b"".join(chunk for chunk, _ in seen) == FIRST + LAST
+    assert seen[0] == (FIRST, False)
+    assert seen[-1] == (LAST, together)
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_relay_sends_the_last_events_with_the_end(make_settings, together: bool) -> None:  # type: ignore[no-untyped-def]
+    async def go() -> list[dict[str, Any]]:
+        upstream = _Upstream(together)
+        port = await upstream.start()
+        settings = make_settings(f"http://127.0.0.1:{port}", auth="off")
+        app = create_app(settings, registry=CollectorRegistry())
+        body = b'{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}'
+        received = [{"type": "http.request", "body": body, "more_body": False}]
+        sent: list[dict[str, Any]] = []
+        done = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            if received:
+                return received.pop()
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "headers": [(b"content-type", b"application/json")],
+        }
+        try:
+            await app(scope, receive, send)
+        finally:
+            done.set()
+            await app.fast_routes.deps.upstream.client.aclose()  # type: ignore[attr-defined]
+            await upstream.close()
+        return sent
+
+    sent = asyncio.run(go())
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    bodies = [(m["body"], m.get("more_body", False)) for m in sent[1:]]
+    assert b"".join(body for body, _ in bodies) == FIRST + LAST
+    if together:  # one message: the last events and the end
+        assert bodies == [(FIRST, True), (LAST, False)]
+    else:
+        assert bodies == [(FIRST, True), (LAST, True), (b"", False)]
