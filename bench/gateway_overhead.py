@@ -5,6 +5,9 @@
     python -m bench.gateway_overhead --clients aiohttp,httpx   # one gateway per upstream client
     python -m bench.gateway_overhead --py-spy /tmp/gw.svg  # then profile the gateway at 32 streams
     python -m bench.gateway_overhead --cpu-cost            # gateway CPU per request / per event
+    python -m bench.gateway_overhead --vllm-url URL --nginx  # also race nginx as a plain proxy
+    python -m bench.gateway_overhead --vllm-url URL --also name=http://127.0.0.1:8081
+                                                           # also race another proxy of that vLLM
 
 Starts the upstream (unless --vllm-url) and `python -m gateway` (auth off; one
 per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -34,6 +38,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -415,6 +420,64 @@ def _start_gateway(
     return child, f"http://127.0.0.1:{port}"
 
 
+NGINX_CONF = """\
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/fastcgi;
+  uwsgi_temp_path {dir}/uwsgi;
+  scgi_temp_path {dir}/scgi;
+  upstream upstream {{ server {upstream}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://upstream;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 600s;
+    }}
+  }}
+}}
+"""
+
+
+def nginx_conf(directory: str, upstream_url: str, port: int) -> str:
+    """A plain streaming reverse proxy (one worker, like the one gateway process):
+    no buffering either way, keep-alive to the upstream, no access log."""
+    host_port = upstream_url.split("://", 1)[1].rstrip("/")
+    return NGINX_CONF.format(dir=directory, upstream=host_port, port=port)
+
+
+def _start_nginx(upstream: str, directory: str) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not os.path.exists(binary):
+        raise SystemExit("--nginx: no nginx binary (Debian: apt-get install nginx-light)")
+    port = free_port()
+    conf = Path(directory, "nginx.conf")
+    conf.write_text(nginx_conf(directory, upstream, port))
+    child = subprocess.Popen([binary, "-p", directory, "-c", str(conf)])
+    return child, f"http://127.0.0.1:{port}"
+
+
+def _also(specs: list[str]) -> list[tuple[str, str]]:
+    """`NAME=URL` pairs from `--also`."""
+    pairs = []
+    for spec in specs:
+        name, sep, url = spec.partition("=")
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise SystemExit(f"--also {spec!r}: expected NAME=http://host:port")
+        pairs.append((name, url.rstrip("/")))
+    return pairs
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--vllm-url", help="benchmark against this vLLM instead")
@@ -425,6 +488,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
     parser.add_argument("--clients", default="", help="comma list: one gateway per client")
     parser.add_argument("--before", metavar="DIR", help="also race the gateway in this checkout")
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="also race this proxy of the upstream, e.g. nginx (its /health must answer)",
+    )
+    parser.add_argument(
+        "--nginx",
+        action="store_true",
+        help="also race nginx as a plain streaming reverse proxy (needs the nginx binary)",
+    )
     parser.add_argument("--py-spy", metavar="SVG", help="then profile the first gateway")
     parser.add_argument("--profile-seconds", type=float, default=10.0)
     parser.add_argument(
@@ -445,7 +520,9 @@ def main(argv: list[str] | None = None) -> int:
             paths["gw-before"] = args.before
         _print_cpu_cost(paths, levels[-1], args.rounds)
         return 0
+    also = _also(args.also)
     children: list[subprocess.Popen[bytes]] = []
+    stack = contextlib.ExitStack()  # scratch directories, removed after the children stop
     try:
         upstream = args.vllm_url
         if upstream is None:
@@ -470,6 +547,14 @@ def main(argv: list[str] | None = None) -> int:
             children.append(child)
             _wait_ready(url, "/healthz")
             urls["gw-before"] = url
+        if args.nginx:
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-nginx-"))
+            child, url = _start_nginx(upstream, scratch)
+            children.append(child)
+            also.append(("nginx", url))
+        for name, url in also:
+            _wait_ready(url, "/health")
+            urls[name] = url
         kind = "vLLM" if args.vllm_url else f"synthetic, {args.gap_ms:g} ms token gap"
         print(
             f"upstream {upstream} ({kind}), {args.events} tokens/stream, "
@@ -493,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         for child in children:
             child.terminate()
             child.wait(10)
+        stack.close()
     return 0
 
 

@@ -3,11 +3,16 @@ a real `python -m gateway`, and its paired ratios are computed round by round.""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-from bench.gateway_overhead import Round, Summary, paired_ratios
+import pytest
+
+from bench.gateway_overhead import Round, Summary, nginx_conf, paired_ratios
 
 CPU_RUN = ("--rounds", "20", "--concurrency", "8")
 SMALL_RUN = ("--rounds", "2", "--concurrency", "1,4", "--events", "8", "--gap-ms", "2")
@@ -57,3 +62,48 @@ def test_cpu_cost_splits_per_request_and_per_event() -> None:
     # 10 ms CPU ticks: the per-event figure (thousands of events) is solid and checked;
     # the per-request one (a difference of small tick counts) is printed, not checked.
     assert float(row[2]) > 0
+
+
+def test_nginx_reference_config(tmp_path: Path) -> None:
+    conf = nginx_conf(str(tmp_path), "http://127.0.0.1:18555/", 18580)
+    assert "server 127.0.0.1:18555;" in conf and "listen 127.0.0.1:18580;" in conf
+    # Streaming both ways, one worker like the one gateway process, no log to write.
+    for line in ("proxy_buffering off;", "proxy_request_buffering off;", "worker_processes 1;"):
+        assert line in conf
+    assert "access_log off;" in conf and str(tmp_path) + "/nginx.pid" in conf
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if os.path.exists(nginx):  # nginx itself accepts it
+        (tmp_path / "nginx.conf").write_text(conf)
+        check = subprocess.run(
+            [nginx, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.skipif(
+    not (shutil.which("nginx") or os.path.exists("/usr/sbin/nginx")),
+    reason="no nginx binary here (Debian: apt-get install nginx-light); --nginx is optional",
+)
+def test_races_nginx_against_the_synthetic_upstream() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gateway_overhead", *SMALL_RUN, "--nginx"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"^\s*4\s+nginx/d pair\s+[\d.]+", done.stdout, re.M), done.stdout
+
+
+def test_a_malformed_also_is_refused_clearly() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gateway_overhead", "--also", "nginx:8080", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "expected NAME=http://host:port" in done.stderr
+    assert "Traceback" not in done.stderr
