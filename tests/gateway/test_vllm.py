@@ -103,7 +103,8 @@ def test_completions_and_client_requested_usage(gateway: Gateway) -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
 
 
-def test_first_chunk_arrives_long_before_the_stream_ends(gateway: Gateway) -> None:
+def _stream_arrivals(gateway: Gateway) -> list[float]:
+    """Seconds from the request to each `data:` line of a 300-token stream."""
     body = {
         "model": "tiny",
         "messages": [{"role": "user", "content": "count"}],
@@ -123,13 +124,25 @@ def test_first_chunk_arrives_long_before_the_stream_ends(gateway: Gateway) -> No
         for line in response.iter_lines():
             if line.startswith("data:"):
                 arrivals.append(time.monotonic() - started)
-    first, last = arrivals[0], arrivals[-1]
-    print(
-        f"\nfirst chunk {first * 1000:.0f} ms, stream end {last * 1000:.0f} ms, "
-        f"{len(arrivals)} events"
-    )
-    assert len(arrivals) > 100
-    assert first < 0.5 * last
+    return arrivals
+
+
+def test_first_chunk_arrives_long_before_the_stream_ends(gateway: Gateway) -> None:
+    """A buffering relay fails every attempt; up to three are made because vLLM's API
+    server on this 2-core machine sometimes stalls for seconds while its engine
+    decodes on, then sends the whole stream at once (seen once: every event within
+    3 ms at 1.6 s), which says nothing about the gateway."""
+    for _ in range(3):
+        arrivals = _stream_arrivals(gateway)
+        first, last = arrivals[0], arrivals[-1]
+        print(
+            f"\nfirst chunk {first * 1000:.0f} ms, stream end {last * 1000:.0f} ms, "
+            f"{len(arrivals)} events"
+        )
+        assert len(arrivals) > 100
+        if first < 0.5 * last:
+            return
+    raise AssertionError(f"three streams arrived whole: last {first=:.3f} s, {last=:.3f} s")
 
 
 def _chat_cached(url: str, key: str | None, content: str) -> tuple[int, int]:
@@ -279,7 +292,9 @@ def _finished_by_length(vllm_url: str) -> float:
     return _metric(vllm_url, "vllm:request_success_total", 'finished_reason="length"')
 
 
-DISCONNECT_ATTEMPTS = 3
+# Five, judged on the median: one CI run saw vLLM take 1.1, 4.1 and 2.8 s to clear three
+# disconnects in a row (its API server starved on 2 cores; each run alone: 40-65 ms).
+DISCONNECT_ATTEMPTS = 5
 # Close to max_model_len (4096) so that the request is still decoding long after the
 # client leaves, unless it is aborted.
 MAX_TOKENS_LEFT_RUNNING = 4000
@@ -333,7 +348,7 @@ def _disconnect_once(gateway: Gateway) -> Disconnect:
 def test_client_disconnect_aborts_the_vllm_request(gateway: Gateway) -> None:
     """The gateway cancels its upstream exchange on every disconnect, and vLLM aborts
     the request (does not decode on to max_tokens) with its running count back to 0
-    within a second.  vLLM's side is judged on the majority of three: on this 2-core
+    within a second.  vLLM's side is judged on the majority of five: on this 2-core
     machine vLLM's API server process can be starved for seconds (seen in CI: 11.9 s,
     its /health timing out too), and meanwhile its engine decodes the request to its end
     before the abort arrives; one such stall must not decide the figure."""
