@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+T = TypeVar("T")
 TTFT_BUCKETS_SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
 ITL_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5)
 E2E_BUCKETS_SECONDS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
@@ -61,6 +62,17 @@ class EventHistogram(Collector):
         yield family
 
 
+def _memoised(metric: Any, labelvalues: tuple[Any, ...], make: Callable[..., T]) -> T:
+    """The child `make(*labelvalues)` made the first time, kept on `metric` after."""
+    memo: dict[tuple[Any, ...], T] | None = metric.__dict__.get("_memo")
+    if memo is None:
+        memo = metric.__dict__["_memo"] = {}
+    child = memo.get(labelvalues)
+    if child is None:
+        child = memo[labelvalues] = make(*labelvalues)
+    return child
+
+
 class MemoCounter(Counter):
     """prometheus_client's `Counter` with each labelled child kept after its first
     `.labels(...)`: the library validates the values and takes a lock on every call,
@@ -70,11 +82,7 @@ class MemoCounter(Counter):
     def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Self:
         if labelkwargs:
             return super().labels(*labelvalues, **labelkwargs)
-        memo: dict[tuple[Any, ...], Self] = self.__dict__.setdefault("_memo", {})
-        child = memo.get(labelvalues)
-        if child is None:
-            child = memo[labelvalues] = super().labels(*labelvalues)
-        return child
+        return _memoised(self, labelvalues, super().labels)
 
 
 class MemoGauge(Gauge):
@@ -83,11 +91,7 @@ class MemoGauge(Gauge):
     def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Self:
         if labelkwargs:
             return super().labels(*labelvalues, **labelkwargs)
-        memo: dict[tuple[Any, ...], Self] = self.__dict__.setdefault("_memo", {})
-        child = memo.get(labelvalues)
-        if child is None:
-            child = memo[labelvalues] = super().labels(*labelvalues)
-        return child
+        return _memoised(self, labelvalues, super().labels)
 
 
 @dataclass(frozen=True)

@@ -172,11 +172,6 @@ def _too_large(limit_bytes: int) -> BodyTooLarge:
     return BodyTooLarge(f"Request body is larger than the gateway's limit of {limit_bytes} bytes.")
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    value: dict[str, Any] = parse_json(raw).value
-    return value
-
-
 def parse_json(raw: bytes) -> jsoncodec.Parsed:
     """The body as a JSON object; 400 for anything else."""
     try:

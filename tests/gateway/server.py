@@ -1,17 +1,45 @@
-"""Run an ASGI app under a real uvicorn server in a thread (as httpx's own tests do)."""
+"""Test servers: an ASGI app under a real uvicorn server in a thread (as httpx's own
+tests do), and a raw asyncio TCP server for hand-written HTTP responses."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
 
 STARTUP_TIMEOUT_S = 10.0
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class RawServer:
+    """An asyncio TCP server running `handler` per connection; `close` closes every
+    connection it accepted, so no socket outlives the test."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def _tracked(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        await self.handler(reader, writer)
+
+    async def start(self) -> str:
+        """Start listening on 127.0.0.1; the base URL."""
+        self.server = await asyncio.start_server(self._tracked, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        self.server.close()
+        await self.server.wait_closed()
+        await asyncio.sleep(0.01)
 
 
 @contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ import uvloop
 
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.h1client import HIGH_WATER_BYTES, HttptoolsUpstream
+from tests.gateway.server import Handler, RawServer
 
 LOOPS = ("asyncio", "uvloop")
 OK_BODY = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
@@ -31,34 +32,8 @@ def _client() -> HttptoolsUpstream:
     )
 
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-class _Server:
-    """A test server whose connections are all closed when it stops."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.writers: list[asyncio.StreamWriter] = []
-
-    async def _tracked(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.writers.append(writer)
-        await self.handler(reader, writer)
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._tracked, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def close(self) -> None:
-        for writer in self.writers:
-            writer.close()
-        self.server.close()
-        await self.server.wait_closed()
-        await asyncio.sleep(0.01)
-
-
-async def _serve(handler: Handler) -> tuple[_Server, str]:
-    server = _Server(handler)
+async def _serve(handler: Handler) -> tuple[RawServer, str]:
+    server = RawServer(handler)
     return server, await server.start()
 
 

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.app import create_app
 from gateway.middleware import MAX_HEADER_BYTES, MAX_HEADER_COUNT
-from gateway.prepare import parse_json_object
+from gateway.prepare import parse_json
 
 
 def _upstream(request: httpx.Request) -> httpx.Response:
@@ -53,7 +53,7 @@ def test_lone_surrogate_is_400(send) -> None:  # type: ignore[no-untyped-def]
 
 def test_surrogate_pair_emoji_passes() -> None:
     raw = b'{"messages":[{"role":"user","content":"\\ud83d\\ude00"}]}'
-    assert parse_json_object(raw)["messages"][0]["content"] == "\U0001f600"
+    assert parse_json(raw).value["messages"][0]["content"] == "\U0001f600"
 
 
 @pytest.mark.parametrize(

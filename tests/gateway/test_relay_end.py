@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.app import create_app
 from gateway.h1client import HttptoolsUpstream
+from tests.gateway.server import RawServer
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 FIRST = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
@@ -22,28 +23,15 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-class _Upstream:
+class _Upstream(RawServer):
     """A vLLM stand-in: head and first event, then the last events and the end of
     the body in one write (`together`) or in two writes 50 ms apart."""
 
     def __init__(self, together: bool) -> None:
+        super().__init__(self.handle)
         self.together = together
-        self.writers: list[asyncio.StreamWriter] = []
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
-        port: int = self.server.sockets[0].getsockname()[1]
-        return port
-
-    async def close(self) -> None:
-        for writer in self.writers:
-            writer.close()
-        self.server.close()
-        await self.server.wait_closed()
-        await asyncio.sleep(0.01)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.writers.append(writer)
         head = await reader.readuntil(b"\r\n\r\n")
         length = next(
             int(line.split(b":")[1])
@@ -68,13 +56,13 @@ class _Upstream:
 def test_httptools_response_knows_when_the_body_ended(together: bool) -> None:
     async def go() -> list[tuple[bytes, bool]]:
         upstream = _Upstream(together)
-        port = await upstream.start()
+        url = await upstream.start()
         client = HttptoolsUpstream(
             connect_timeout_seconds=2, read_timeout_seconds=5, retry_after_seconds=1
         )
         seen = []
         try:
-            response = await client.send("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+            response = await client.send("POST", url + "/v1/x", [], b"{}")
             while (chunk := await response.next_chunk()) is not None:
                 seen.append((chunk, response.ended()))
             await response.aclose()
@@ -93,8 +81,7 @@ def test_httptools_response_knows_when_the_body_ended(together: bool) -> None:
 def test_relay_sends_the_last_events_with_the_end(make_settings, together: bool) -> None:  # type: ignore[no-untyped-def]
     async def go() -> list[dict[str, Any]]:
         upstream = _Upstream(together)
-        port = await upstream.start()
-        settings = make_settings(f"http://127.0.0.1:{port}", auth="off")
+        settings = make_settings(await upstream.start(), auth="off")
         app = create_app(settings, registry=CollectorRegistry())
         body = b'{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}'
         received = [{"type": "http.request", "body": body, "more_body": False}]

@@ -293,7 +293,7 @@ def _finished_by_length(vllm_url: str) -> float:
 
 
 # Five, judged on the median: one CI run saw vLLM take 1.1, 4.1 and 2.8 s to clear three
-# disconnects in a row (its API server starved on 2 cores; each run alone: 40-65 ms).
+# disconnects in a row (its API server starved on 2 cores; in runs of the file alone: 40-72 ms).
 DISCONNECT_ATTEMPTS = 5
 # Close to max_model_len (4096) so that the request is still decoding long after the
 # client leaves, unless it is aborted.
