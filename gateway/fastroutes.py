@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
@@ -33,6 +34,9 @@ from gateway.middleware import (
 )
 from gateway.prepare import Incoming, Preparer
 from gateway.proxy import Forward, ProxyDeps, ProxyResponse
+
+if TYPE_CHECKING:
+    from gateway.front import Front
 
 log = logging.getLogger(__name__)
 MODELS = "/v1/models"
@@ -63,7 +67,11 @@ class FastRoutes:
     def match(self, scope: Scope) -> str | None:
         return self.routes.get((scope["method"], scope["path"]))
 
-    async def serve(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def serve(
+        self, path: str, scope: Scope, receive: Receive, send: Send, front: Front | None = None
+    ) -> None:
+        """Serve one request.  Under the front (gateway/front.py) the protocol cancels
+        the task when the client leaves; without it a watcher task does."""
         metrics = self.deps.metrics
         count = _Count(metrics, path)
         try:
@@ -84,7 +92,11 @@ class FastRoutes:
             await send_json_error(send, GatewayError("Internal gateway error."))
             return
         try:
-            await ProxyResponse(self.deps, forward, on_status=count)(scope, receive, send)
+            response = ProxyResponse(self.deps, forward, on_status=count)
+            if front is None:
+                await response(scope, receive, send)
+            elif front.arm():
+                await response.serve_cancellable(send, front.left)
         except Exception:
             log.exception("unexpected error forwarding %s", path)
             if not count.done:  # nothing sent yet: the client still gets a clean 500

@@ -75,6 +75,7 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.headers_done = False
+        self._interim = False
         self.complete = False
         self.keep_alive = False
         self.error: _Broken | None = None
@@ -106,7 +107,12 @@ class _Connection(asyncio.Protocol):
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # informational (100 Continue, 103 Early Hints): skipped
+            self._interim = True
+            self.headers = []
+            return
+        self.status = status
         self.headers_done = True
         self._wake()
 
@@ -119,6 +125,9 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self._interim:  # the final response follows on the same connection
+            self._interim = False
+            return
         self.complete = True
         self.keep_alive = self._parser.should_keep_alive()
         self._wake()

@@ -97,13 +97,23 @@ class ProxyResponse(Response):
         assert this is not None
         watcher = asyncio.get_running_loop().create_task(self._watch(receive, this))
         try:
-            await self._admit_and_serve(send)
-        except asyncio.CancelledError:
-            if not watcher.done() or watcher.cancelled() or not watcher.result():
-                raise  # cancelled from outside (server shutdown), not by the client leaving
-            this.uncancel()
+            await self.serve_cancellable(
+                send, lambda: watcher.done() and not watcher.cancelled() and watcher.result()
+            )
         finally:
             watcher.cancel()
+
+    async def serve_cancellable(self, send: Send, client_left: Callable[[], bool]) -> None:
+        """Serve the response; whoever sees the client leave cancels this task, and
+        `client_left()` then says so (a cancellation from anywhere else propagates)."""
+        try:
+            await self._admit_and_serve(send)
+        except asyncio.CancelledError:
+            if not client_left():
+                raise  # cancelled from outside (server shutdown), not by the client leaving
+            this = asyncio.current_task()
+            assert this is not None
+            this.uncancel()
 
     async def _watch(self, receive: Receive, task: asyncio.Task[Any]) -> bool:
         """Wait for the client to leave, then cancel `task` unless the response was

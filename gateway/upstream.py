@@ -35,8 +35,16 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-# Never passed to vLLM: the client's credentials and the gateway's own controls.
-REQUEST_DROPPED = HOP_BY_HOP | {"authorization", "cookie", "accept-encoding", "x-session-id"}
+# Never passed to vLLM: the client's credentials, the gateway's own controls, and
+# `Expect: 100-continue`, which the gateway's server answered and whose body it has read
+# (forwarded, vLLM would answer `100 Continue` to a request sent whole).
+REQUEST_DROPPED = HOP_BY_HOP | {
+    "authorization",
+    "cookie",
+    "accept-encoding",
+    "x-session-id",
+    "expect",
+}
 # Set again by uvicorn, or no longer true once the gateway rewrote the stream.
 RESPONSE_DROPPED = HOP_BY_HOP | {"date", "server"}
 _REQUEST_DROPPED_BYTES = frozenset(name.encode() for name in REQUEST_DROPPED)

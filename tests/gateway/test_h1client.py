@@ -88,6 +88,37 @@ def test_keep_alive_connection_is_reused(loop: str) -> None:
 
 
 @pytest.mark.parametrize("loop", LOOPS)
+def test_informational_responses_are_skipped(loop: str) -> None:
+    """A `100 Continue` or `103 Early Hints` before the answer is not the answer."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.01)
+        writer.write(b"HTTP/1.1 103 Early Hints\r\nlink: </a>; rel=preload\r\n\r\n" + OK_BODY)
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    async def go() -> None:
+        async with _served(handler) as (client, url):
+            response = await client.send("POST", url + "/v1/x", [], b"{}")
+            try:
+                body = b"".join([chunk async for chunk in response.chunks()])
+            finally:
+                await response.aclose()
+            assert (response.status, body) == (200, b"{}")
+            assert [name for name, _ in response.raw_headers] == [
+                b"content-type",
+                b"content-length",
+            ]
+
+    _run(loop, go())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
 def test_a_pooled_connection_the_server_closed_is_replaced(loop: str) -> None:
     """uvicorn closes idle keep-alive connections (5 s); a request that meets such a
     connection is sent again on a fresh one, as none of it reached the server."""

@@ -4,14 +4,32 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 
 import httpx
+import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.gateway.conftest import ALICE_KEY, BOB_KEY, auth
+from gateway.app import create_app
+from tests.gateway.conftest import ALICE_KEY, BOB_KEY, MakeSettings, auth
 from tests.gateway.fake_vllm import FakeVLLM
+from tests.gateway.server import serve
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+
+
+@pytest.fixture(params=["front", "asgi"])
+def gateway_url(
+    request: pytest.FixtureRequest,
+    fake_vllm: tuple[FakeVLLM, str],
+    make_settings: MakeSettings,
+    registry: CollectorRegistry,
+) -> Iterator[str]:
+    """Each test here twice: served as `python -m gateway` serves it (the front
+    protocol, gateway/front.py) and through the ASGI app alone (its watcher task)."""
+    app = create_app(make_settings(fake_vllm[1]), registry=registry)
+    with serve(app, front=request.param == "front") as url:
+        yield url
 
 
 def _data_events(text: str) -> list[str]:
