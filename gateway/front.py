@@ -156,9 +156,13 @@ class Front:
         cycle = self.cycle
         out = [STATUS_LINE[status]]
         length: int | None = None
-        for name, value in [*cycle.default_headers, *headers]:
-            if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
-                raise RuntimeError(f"invalid response header {name!r}")
+        headers = [*cycle.default_headers, *headers]
+        # uvicorn's checks, one search over all names and one over all values.
+        if HEADER_RE.search(b"".join([n for n, _ in headers])) or HEADER_VALUE_RE.search(
+            b"".join([v for _, v in headers])
+        ):
+            raise RuntimeError(f"invalid response header in {headers!r}")
+        for name, value in headers:
             name = name.lower()
             if name == b"content-length" and length is None:
                 length = int(value)

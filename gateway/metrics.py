@@ -17,6 +17,7 @@ from typing import Any, Self, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.values import MutexValue
 
 T = TypeVar("T")
 TTFT_BUCKETS_SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
@@ -73,25 +74,91 @@ def _memoised(metric: Any, labelvalues: tuple[Any, ...], make: Callable[..., T])
     return child
 
 
+class LoopValue:
+    """prometheus_client's `MutexValue` without the mutex, for values written only
+    from the gateway's event-loop thread (a scrape from another thread reads a whole
+    float either way).  `inc` and `set` are then an attribute update instead of a
+    lock round trip, several times per request."""
+
+    __slots__ = ("_exemplar", "_value")
+
+    def __init__(self) -> None:
+        self._value = 0.0
+        self._exemplar: Any = None
+
+    def inc(self, amount: float) -> None:
+        self._value += amount
+
+    def set(self, value: float, timestamp: float | None = None) -> None:
+        self._value = value
+
+    def set_exemplar(self, exemplar: Any) -> None:
+        self._exemplar = exemplar
+
+    def get(self) -> float:
+        return self._value
+
+    def get_exemplar(self) -> Any:
+        return self._exemplar
+
+
+def _loop_value(metric: Any) -> None:
+    """Swap the value of an observable metric for a `LoopValue`, except in
+    prometheus_client's multiprocess mode, whose values live in shared files."""
+    if isinstance(metric._value, MutexValue):
+        metric._value = LoopValue()
+
+
 class MemoCounter(Counter):
     """prometheus_client's `Counter` with each labelled child kept after its first
-    `.labels(...)`: the library validates the values and takes a lock on every call,
-    and the gateway makes several per request.  Label values are bounded (module
-    docstring), so the memo is too."""
+    `.labels(...)` (the library validates the values and takes a lock on every call,
+    and the gateway makes several per request; label values are bounded, module
+    docstring, so the memo is too) and a `LoopValue`: counters are only incremented on
+    the event loop.  Misuse (a labelled parent, a negative amount) still raises the
+    library's errors."""
+
+    def _metric_init(self) -> None:
+        super()._metric_init()
+        _loop_value(self)
 
     def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Self:
         if labelkwargs:
             return super().labels(*labelvalues, **labelkwargs)
         return _memoised(self, labelvalues, super().labels)
+
+    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
+        value = self.__dict__.get("_value")  # only an observable counter has one
+        if value is None or amount < 0 or exemplar is not None:
+            super().inc(amount, exemplar)
+        else:
+            value.inc(amount)
 
 
 class MemoGauge(Gauge):
-    """`Gauge` with memoised labelled children, as `MemoCounter`."""
+    """`Gauge` with memoised labelled children and a `LoopValue`, as `MemoCounter`."""
+
+    def _metric_init(self) -> None:
+        super()._metric_init()
+        _loop_value(self)
 
     def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Self:
         if labelkwargs:
             return super().labels(*labelvalues, **labelkwargs)
         return _memoised(self, labelvalues, super().labels)
+
+    def inc(self, amount: float = 1) -> None:
+        value = self.__dict__.get("_value")
+        if value is None or self._is_most_recent:
+            super().inc(amount)
+        else:
+            value.inc(amount)
+
+    def dec(self, amount: float = 1) -> None:
+        value = self.__dict__.get("_value")
+        if value is None or self._is_most_recent:
+            super().dec(amount)
+        else:
+            value.inc(-amount)
 
 
 @dataclass(frozen=True)
@@ -129,7 +196,7 @@ class GatewayMetrics:
                 "route",
                 "status_class",
             ),
-            in_flight=Gauge(
+            in_flight=MemoGauge(
                 "gateway_in_flight", "Requests holding an admission slot.", registry=registry
             ),
             concurrency_limit=Gauge(

@@ -43,13 +43,13 @@ class Incoming:
     in a dict built once (the first of repeated headers wins, as with starlette's
     `Headers.get`) rather than by a scan of the header list per lookup."""
 
-    __slots__ = ("_headers", "_receive", "method", "raw_headers")
+    __slots__ = ("_headers", "method", "raw_headers", "receive")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.method: str = scope["method"]
         self.raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
         self._headers = dict(reversed(self.raw_headers))
-        self._receive = receive
+        self.receive = receive
 
     def header(self, name: bytes) -> str | None:
         """The value of header `name` (lower case), or None."""
@@ -59,7 +59,7 @@ class Incoming:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; `ClientDisconnect` if the client leaves first."""
         while True:
-            message = await self._receive()
+            message = await self.receive()
             if message["type"] == "http.disconnect":
                 raise ClientDisconnect()
             body = message.get("body", b"")
@@ -150,12 +150,17 @@ async def read_body(request: Incoming, limit_bytes: int) -> bytes:
         await _drain(request, DRAIN_LIMIT_FACTOR * limit_bytes)
         raise _too_large(limit_bytes)
     chunks, size = [], 0
-    async for chunk in request.chunks():
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit_bytes:
             raise _too_large(limit_bytes)
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def _drain(request: Incoming, most_bytes: int) -> None:

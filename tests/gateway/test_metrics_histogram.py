@@ -3,6 +3,9 @@ prometheus_client's `Histogram`, `Counter` and `Gauge` would."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -52,3 +55,42 @@ def test_memoised_labels_expose_what_prometheus_client_does(calls: list[tuple[st
     reference.labels(route="a", status_class="2xx").inc(3)
     assert _samples(ours) == _samples(theirs)
     assert memo.labels("a", "2xx") is memo.labels("a", "2xx")
+
+
+@given(st.lists(st.tuples(st.sampled_from(["inc", "dec", "set"]), st.integers(0, 5)), max_size=30))
+def test_unlabelled_loop_values_expose_what_prometheus_client_does(
+    calls: list[tuple[str, int]],
+) -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    gauge = MemoGauge("in_flight", "In flight.", registry=ours)
+    reference_gauge = Gauge("in_flight", "In flight.", registry=theirs)
+    counter = MemoCounter("tokens", "Tokens.", registry=ours)
+    reference = Counter("tokens", "Tokens.", registry=theirs)
+    for op, amount in calls:
+        getattr(gauge, op)(amount)
+        getattr(reference_gauge, op)(amount)
+        counter.inc(amount)
+        reference.inc(amount)
+    assert _samples(ours) == _samples(theirs)
+
+
+def _error(call: Callable[[], object]) -> str:
+    with pytest.raises(ValueError) as caught:
+        call()
+    return str(caught.value)
+
+
+def test_misuse_raises_what_prometheus_client_raises() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    counter = MemoCounter("c", "C.", ["route"], registry=ours)
+    gauge = MemoGauge("g", "G.", ["replica"], registry=ours)
+    reference = Counter("c", "C.", ["route"], registry=theirs)
+    reference_gauge = Gauge("g", "G.", ["replica"], registry=theirs)
+    # A labelled parent is not observable; counters never go down.
+    assert _error(counter.inc) == _error(reference.inc)
+    assert _error(gauge.inc) == _error(reference_gauge.inc)
+    assert _error(gauge.dec) == _error(reference_gauge.dec)
+    assert _error(lambda: counter.labels("a").inc(-1)) == _error(
+        lambda: reference.labels("a").inc(-1)
+    )
+    assert _samples(ours) == _samples(theirs)
