@@ -10,10 +10,12 @@ on a small machine is taken from vLLM (docs/gateway.md, "Overhead"):
 - No watcher task per request for a client that leaves: the protocol sees the
   connection go (`connection_lost`) and cancels the request's task itself, which
   closes the upstream response so vLLM aborts the request.
-- The response head is written together with the first body bytes (one write and
-  one wake-up of the client instead of two): for a stream that is the first event,
-  so the client gets the status and headers when the first token is ready, as the
-  first byte it could act on.
+- The response head is written together with the body when both are ready in the
+  same turn of the event loop (a JSON answer; stream data that came with vLLM's
+  head): one write and one wake-up of the client instead of two.  A stream's head
+  that comes before its first token still goes out on its own, at once, so the
+  client has parsed it by the time the token arrives (holding it for the token put
+  the client's head parsing on the time to first token: measured, docs/gateway.md).
 - The app and its dispatch are skipped; `send` writes HTTP/1.1 directly (the same
   framing and checks as uvicorn's).
 
@@ -122,7 +124,10 @@ class Front:
         if kind == "http.response.start" and not cycle.response_started:
             cycle.response_started = True
             self._head = (message["status"], list(message.get("headers", ())))
-            return  # written with the first body bytes
+            # Written with the body if that is sent before the loop turns (a JSON
+            # answer, or stream data that came with vLLM's head), else on its own.
+            asyncio.get_running_loop().call_soon(self._flush_head)
+            return
         if kind != "http.response.body" or not cycle.response_started or cycle.response_complete:
             raise RuntimeError(f"unexpected ASGI message {kind!r} at this point of the response")
         body: bytes = message.get("body", b"")
@@ -146,6 +151,16 @@ class Front:
             if not cycle.keep_alive:
                 cycle.transport.close()
             cycle.on_response()
+
+    def _flush_head(self) -> None:
+        cycle = self.cycle
+        if self._head is None or cycle.disconnected:
+            return
+        try:
+            cycle.transport.write(b"".join(self._encode_head()))
+        except RuntimeError:  # an invalid header: nothing of this response can follow
+            log.exception("cannot write the response head of %s", self.path)
+            cycle.transport.close()
 
     def _encode_head(self) -> list[bytes]:
         """Status line and headers, as uvicorn's `send` writes them (default headers,

@@ -30,6 +30,7 @@ USAGE = {
 class FakeVLLM:
     events: int = 3
     hold: bool = False
+    hold_first: bool = False  # hold before the first event (after the response head)
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
@@ -78,13 +79,15 @@ class FakeVLLM:
 
     async def _stream(self, request: Request, usage: bool) -> Any:
         try:
+            if self.hold_first:
+                await self._wait_release(request, self.hold_first)
             for i in range(self.events):
                 event = _event({"choices": [{"index": 0, "delta": {"content": f"t{i}"}}]})
                 yield event[:7]  # an event spans two network writes
                 await asyncio.sleep(0.001)
                 yield event[7:]
                 if i == 0:
-                    await self._wait_release(request)
+                    await self._wait_release(request, self.hold)
             if usage:
                 yield _event({"choices": [], "usage": USAGE})
             yield b"data: [DONE]\n\n"
@@ -92,8 +95,8 @@ class FakeVLLM:
             self.disconnected.set()
             raise
 
-    async def _wait_release(self, request: Request) -> None:
-        while self.hold and not self.release.is_set():
+    async def _wait_release(self, request: Request, hold: bool) -> None:
+        while hold and not self.release.is_set():
             await asyncio.sleep(0.01)
 
 

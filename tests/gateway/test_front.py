@@ -93,23 +93,54 @@ def test_front_and_asgi_paths_answer_alike(
     assert answers[True] == answers[False]
 
 
-def test_head_goes_out_with_the_first_event(
+@pytest.mark.parametrize(("front", "writes"), [(True, 1), (False, 2)])
+def test_a_json_answer_goes_out_in_one_write(
+    front: bool,
+    writes: int,
+    fake_vllm: tuple[FakeVLLM, str],
+    make_settings: MakeSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Head and body ready together: one write to the client's socket (uvicorn's own
+    cycle, the ASGI path, writes the head and the body separately)."""
+    written: list[bytes] = []
+    transport = asyncio.selector_events._SelectorSocketTransport  # the test servers' loop
+    original = transport.write
+
+    port: list[int] = []
+
+    def counting(self: asyncio.Transport, data: bytes) -> None:
+        name = self.get_extra_info("sockname")
+        if port and name and name[1] == port[0]:  # the gateway's side only
+            written.append(bytes(data))
+        original(self, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(transport, "write", counting)
+    with _gateway(make_settings, fake_vllm[1], front=front) as url:
+        port.append(int(url.rsplit(":", 1)[1]))
+        response = httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers=auth())
+    assert response.status_code == 200 and response.json()["object"] == "chat.completion"
+    assert len(written) == writes
+    assert written[0].startswith(b"HTTP/1.1 200 OK\r\n") and written[-1].endswith(response.content)
+
+
+def test_a_stream_head_is_not_held_for_the_first_token(
     fake_vllm: tuple[FakeVLLM, str], make_settings: MakeSettings
 ) -> None:
-    """One write, one wake-up of the client: its first read holds the status line,
-    the headers and the first token, while vLLM still holds the stream open."""
+    """vLLM answers a stream's head before the first token is ready; the client gets
+    the head then, so it has parsed it by the time the token arrives."""
     fake = fake_vllm[0]
-    fake.hold = True
+    fake.hold_first = True
     with _gateway(make_settings, fake_vllm[1], front=True) as url:
-        host, port = url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=5) as sock:
-            sock.sendall(_post("/v1/chat/completions", {**CHAT, "stream": True}))
-            first = sock.recv(65536)
-            assert first.startswith(b"HTTP/1.1 200 OK\r\n")
-            assert b"transfer-encoding: chunked\r\n" in first.lower()
-            assert b'"t0"' in first
-            assert not fake.release.is_set()
+        with httpx.stream(
+            "POST", f"{url}/v1/chat/completions", json={**CHAT, "stream": True}, headers=auth()
+        ) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            assert not fake.release.is_set()  # the head came while vLLM held the first token
             fake.release.set()
+            events = [line for line in response.iter_lines() if line.startswith("data:")]
+    assert '"t0"' in events[0] and events[-1] == "data: [DONE]"
 
 
 def test_pipelined_requests_are_answered_in_order(
