@@ -10,12 +10,11 @@ on a small machine is taken from vLLM (docs/gateway.md, "Overhead"):
 - No watcher task per request for a client that leaves: the protocol sees the
   connection go (`connection_lost`) and cancels the request's task itself, which
   closes the upstream response so vLLM aborts the request.
-- The response head is written together with the body when both are ready in the
-  same turn of the event loop (a JSON answer; stream data that came with vLLM's
-  head): one write and one wake-up of the client instead of two.  A stream's head
-  that comes before its first token still goes out on its own, at once, so the
-  client has parsed it by the time the token arrives (holding it for the token put
-  the client's head parsing on the time to first token: measured, docs/gateway.md).
+- A JSON answer's head is written together with its body: one write and one
+  wake-up of the client instead of two.  An event stream's head goes out at once, as
+  vLLM sent it, before the first token: the client parses it while the token is
+  computed (holding it for the token put the client's head parsing on the time to
+  first token: measured, docs/gateway.md).
 - The app and its dispatch are skipped; `send` writes HTTP/1.1 directly (the same
   framing and checks as uvicorn's).
 
@@ -49,6 +48,13 @@ log = logging.getLogger(__name__)
 
 def _nothing() -> None:
     pass
+
+
+def _event_stream(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(
+        name.lower() == b"content-type" and value.lower().startswith(b"text/event-stream")
+        for name, value in headers
+    )
 
 
 class Front:
@@ -123,11 +129,13 @@ class Front:
         kind = message["type"]
         if kind == "http.response.start" and not cycle.response_started:
             cycle.response_started = True
-            self._head = (message["status"], list(message.get("headers", ())))
-            # Written with the body if that is sent before the loop turns (a JSON
-            # answer, or stream data that came with vLLM's head), else on its own.
-            asyncio.get_running_loop().call_soon(self._flush_head)
-            return
+            headers = list(message.get("headers", ()))
+            self._head = (message["status"], headers)
+            if _event_stream(headers):
+                # A stream's head goes out now, as vLLM sent it: the client parses
+                # it while the first token is computed.
+                cycle.transport.write(b"".join(self._encode_head()))
+            return  # any other head goes out with the body, sent next
         if kind != "http.response.body" or not cycle.response_started or cycle.response_complete:
             raise RuntimeError(f"unexpected ASGI message {kind!r} at this point of the response")
         body: bytes = message.get("body", b"")
@@ -151,16 +159,6 @@ class Front:
             if not cycle.keep_alive:
                 cycle.transport.close()
             cycle.on_response()
-
-    def _flush_head(self) -> None:
-        cycle = self.cycle
-        if self._head is None or cycle.disconnected:
-            return
-        try:
-            cycle.transport.write(b"".join(self._encode_head()))
-        except RuntimeError:  # an invalid header: nothing of this response can follow
-            log.exception("cannot write the response head of %s", self.path)
-            cycle.transport.close()
 
     def _encode_head(self) -> list[bytes]:
         """Status line and headers, as uvicorn's `send` writes them (default headers,
