@@ -234,7 +234,25 @@ def front_protocol(fast_routes: FastRoutes) -> type[FrontProtocol]:
     return type("GatewayFrontProtocol", (FrontProtocol,), {"fast_routes": fast_routes})
 
 
+# What the front uses of uvicorn's protocol beyond asyncio's interface (uvicorn is not
+# pinned): with any of it gone, the gateway is served through its ASGI app instead.
+UVICORN_HOOKS = ("_start_asgi_task", "on_response_complete", "connection_lost")
+CYCLE_FIELDS = ("send_500_response", "run_asgi", "receive")
+
+
+def front_supported() -> bool:
+    return all(hasattr(HttpToolsProtocol, name) for name in UVICORN_HOOKS) and all(
+        hasattr(RequestResponseCycle, name) for name in CYCLE_FIELDS
+    )
+
+
 def http_protocol(app: Any) -> type[asyncio.Protocol] | str:
-    """uvicorn's `http` setting for `app`: the front for a gateway app, else httptools."""
+    """uvicorn's `http` setting for `app`: the front for a gateway app, else httptools
+    (also for a gateway app, with a warning, if this uvicorn lacks what the front uses)."""
     routes = getattr(app, "fast_routes", None)
-    return front_protocol(routes) if isinstance(routes, FastRoutes) else "httptools"
+    if not isinstance(routes, FastRoutes):
+        return "httptools"
+    if not front_supported():
+        log.warning("uvicorn's httptools protocol has changed; serving without the front")
+        return "httptools"
+    return front_protocol(routes)

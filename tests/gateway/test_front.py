@@ -13,6 +13,7 @@ import httpx
 import pytest
 import uvicorn
 from prometheus_client import CollectorRegistry
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from gateway.app import create_app
@@ -63,6 +64,15 @@ def test_gateway_apps_get_the_front_and_others_do_not(make_settings: MakeSetting
     assert isinstance(protocol, type) and issubclass(protocol, FrontProtocol)
     assert protocol.fast_routes is app.fast_routes
     assert http_protocol(FakeVLLM().app()) == "httptools"
+
+
+def test_a_changed_uvicorn_falls_back_to_the_asgi_path(
+    make_settings: MakeSettings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(make_settings(), registry=CollectorRegistry())
+    monkeypatch.delattr(HttpToolsProtocol, "_start_asgi_task")
+    assert http_protocol(app) == "httptools"
+    assert "serving without the front" in caplog.text
 
 
 def test_front_and_asgi_paths_answer_alike(
