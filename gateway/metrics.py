@@ -16,6 +16,7 @@ from typing import Any, Self, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 from prometheus_client.values import MutexValue
 
@@ -109,16 +110,15 @@ def _loop_value(metric: Any) -> None:
         metric._value = LoopValue()
 
 
-class MemoCounter(Counter):
-    """prometheus_client's `Counter` with each labelled child kept after its first
-    `.labels(...)` (the library validates the values and takes a lock on every call,
-    and the gateway makes several per request; label values are bounded, module
-    docstring, so the memo is too) and a `LoopValue`: counters are only incremented on
-    the event loop.  Misuse (a labelled parent, a negative amount) still raises the
-    library's errors."""
+class _LoopMetric(MetricWrapperBase):
+    """What `MemoCounter` and `MemoGauge` share: each labelled child kept after its
+    first `.labels(...)` (the library validates the values and takes a lock on every
+    call, and the gateway makes several per request; label values are bounded, module
+    docstring, so the memo is too) and a `LoopValue` (they are only updated on the
+    event loop)."""
 
     def _metric_init(self) -> None:
-        super()._metric_init()
+        super()._metric_init()  # type: ignore[no-untyped-call]  # Counter's or Gauge's, typed
         _loop_value(self)
 
     def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Self:
@@ -126,35 +126,37 @@ class MemoCounter(Counter):
             return super().labels(*labelvalues, **labelkwargs)
         return _memoised(self, labelvalues, super().labels)
 
+    def _direct_value(self) -> LoopValue | None:
+        """The value to update directly; None where the library must check the call
+        (a labelled parent, which has no value, or multiprocess mode)."""
+        value = self.__dict__.get("_value")
+        return value if isinstance(value, LoopValue) else None
+
+
+class MemoCounter(_LoopMetric, Counter):
+    """prometheus_client's `Counter` as `_LoopMetric`; misuse (a labelled parent, a
+    negative amount) still raises the library's errors."""
+
     def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
-        value = self.__dict__.get("_value")  # only an observable counter has one
+        value = self._direct_value()
         if value is None or amount < 0 or exemplar is not None:
             super().inc(amount, exemplar)
         else:
             value.inc(amount)
 
 
-class MemoGauge(Gauge):
-    """`Gauge` with memoised labelled children and a `LoopValue`, as `MemoCounter`."""
-
-    def _metric_init(self) -> None:
-        super()._metric_init()
-        _loop_value(self)
-
-    def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Self:
-        if labelkwargs:
-            return super().labels(*labelvalues, **labelkwargs)
-        return _memoised(self, labelvalues, super().labels)
+class MemoGauge(_LoopMetric, Gauge):
+    """prometheus_client's `Gauge` as `_LoopMetric`."""
 
     def inc(self, amount: float = 1) -> None:
-        value = self.__dict__.get("_value")
+        value = self._direct_value()
         if value is None or self._is_most_recent:
             super().inc(amount)
         else:
             value.inc(amount)
 
     def dec(self, amount: float = 1) -> None:
-        value = self.__dict__.get("_value")
+        value = self._direct_value()
         if value is None or self._is_most_recent:
             super().dec(amount)
         else:

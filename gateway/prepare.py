@@ -8,7 +8,6 @@ the JSON sent upstream is the client's object with the gateway's changes.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,17 +55,13 @@ class Incoming:
         value = self._headers.get(name)
         return None if value is None else value.decode("latin-1")
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; `ClientDisconnect` if the client leaves first."""
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                raise ClientDisconnect()
-            body = message.get("body", b"")
-            if body:
-                yield body
-            if not message.get("more_body", False):
-                return
+    async def next_body(self) -> tuple[bytes, bool]:
+        """The next body bytes and whether more follow; `ClientDisconnect` if the
+        client left first."""
+        message = await self.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        return message.get("body", b""), message.get("more_body", False)
 
 
 @dataclass(frozen=True)
@@ -149,28 +144,23 @@ async def read_body(request: Incoming, limit_bytes: int) -> bytes:
     if declared.isdigit() and int(declared) > limit_bytes:
         await _drain(request, DRAIN_LIMIT_FACTOR * limit_bytes)
         raise _too_large(limit_bytes)
-    chunks, size = [], 0
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
+    chunks, size, more = [], 0, True
+    while more:
+        chunk, more = await request.next_body()
         size += len(chunk)
         if size > limit_bytes:
             raise _too_large(limit_bytes)
         chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def _drain(request: Incoming, most_bytes: int) -> None:
     """Read and drop a refused body (up to a bound) so the client, still sending, reads
     the 413 instead of a connection reset; past the bound the connection just closes."""
-    drained = 0
-    async for chunk in request.chunks():
+    drained, more = 0, True
+    while more and drained <= most_bytes:
+        chunk, more = await request.next_body()
         drained += len(chunk)
-        if drained > most_bytes:
-            return
 
 
 def _too_large(limit_bytes: int) -> BodyTooLarge:

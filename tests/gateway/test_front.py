@@ -78,28 +78,28 @@ def test_a_changed_uvicorn_falls_back_to_the_asgi_path(
 def test_front_and_asgi_paths_answer_alike(
     fake_vllm: tuple[FakeVLLM, str], make_settings: MakeSettings
 ) -> None:
-    """Status, headers (but the date) and body are the same either way, for a stream,
-    a JSON body, an upstream error and a refusal by the gateway."""
-    requests = [
-        {**CHAT, "stream": True},
-        CHAT,
-        {**CHAT, "model": "missing"},
-        {**CHAT, "max_tokens": "many", "stream": "yes"},
+    """Status, headers (but the date) and body are the same either way."""
+    # (body, with a key): a stream, a JSON answer, vLLM's 404, the gateway's 400 for
+    # malformed JSON and its 401 for a missing key.
+    requests: list[tuple[bytes, bool]] = [
+        (json.dumps({**CHAT, "stream": True}).encode(), True),
+        (json.dumps(CHAT).encode(), True),
+        (json.dumps({**CHAT, "model": "missing"}).encode(), True),
+        (b'{"model": "tiny", "messages": [', True),
+        (json.dumps(CHAT).encode(), False),
     ]
     answers: dict[bool, list[tuple[int, list[tuple[str, str]], bytes]]] = {}
     for front in (True, False):
         with _gateway(make_settings, fake_vllm[1], front=front) as url:
             answers[front] = []
-            for body in [*requests, None]:
-                if body is None:  # no key
-                    response = httpx.post(f"{url}/v1/chat/completions", json=CHAT)
-                else:
-                    response = httpx.post(f"{url}/v1/chat/completions", json=body, headers=auth())
-                headers = [
+            for body, keyed in requests:
+                headers = {"content-type": "application/json", **(auth() if keyed else {})}
+                response = httpx.post(f"{url}/v1/chat/completions", content=body, headers=headers)
+                kept = [
                     (k, v) for k, v in response.headers.multi_items() if k not in VOLATILE_HEADERS
                 ]
-                answers[front].append((response.status_code, headers, response.content))
-    assert [a[0] for a in answers[True]] == [200, 200, 404, 200, 401]
+                answers[front].append((response.status_code, kept, response.content))
+    assert [a[0] for a in answers[True]] == [200, 200, 404, 400, 401]
     assert answers[True] == answers[False]
 
 

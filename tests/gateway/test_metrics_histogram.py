@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gateway.metrics import ITL_BUCKETS_SECONDS, EventHistogram, MemoCounter, MemoGauge
+from gateway.metrics import (
+    ITL_BUCKETS_SECONDS,
+    EventHistogram,
+    LoopValue,
+    MemoCounter,
+    MemoGauge,
+)
 
 
 def _samples(registry: CollectorRegistry) -> list[str]:
@@ -94,3 +100,13 @@ def test_misuse_raises_what_prometheus_client_raises() -> None:
         lambda: reference.labels("a").inc(-1)
     )
     assert _samples(ours) == _samples(theirs)
+
+
+def test_children_and_unlabelled_metrics_update_a_loop_value() -> None:
+    registry = CollectorRegistry()
+    children = [
+        MemoCounter("c", "C.", ["route"], registry=registry).labels("a"),
+        MemoGauge("g", "G.", ["replica"], registry=registry).labels("0"),
+        MemoGauge("u", "U.", registry=registry),
+    ]
+    assert all(isinstance(child._value, LoopValue) for child in children)
