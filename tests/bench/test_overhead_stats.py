@@ -1,0 +1,160 @@
+"""Bootstrap intervals and verdicts of the gateway overhead benchmark
+(bench/overhead_stats.py), and its saved runs (--save / --pool)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.gateway_overhead import Round
+from bench.overhead_stats import (
+    TOKENS_PER_S,
+    TTFT_P50,
+    Estimate,
+    Ratios,
+    Target,
+    bootstrap,
+    paired,
+    paired_ttft,
+)
+
+
+def _rounds(rng: random.Random, n: int, ttft_scale: float, rate_scale: float) -> list[Round]:
+    """`n` rounds of 32 streams: a per-round drift shared by the round's streams (as a
+    vLLM batch shares its steps), per-stream jitter, and the given scales."""
+    out = []
+    for _ in range(n):
+        drift = rng.lognormvariate(0, 0.08)
+        ttfts = [0.1 * ttft_scale * drift * rng.lognormvariate(0, 0.05) for _ in range(32)]
+        out.append(Round(ttfts, tokens=2048, wall_s=1.0 * drift / rate_scale))
+    return out
+
+
+def test_the_interval_covers_the_true_ratio_about_as_often_as_it_says() -> None:
+    rng = random.Random(7)
+    covered, trials = 0, 40
+    for trial in range(trials):
+        direct = _rounds(rng, 30, 1.0, 1.0)
+        path = _rounds(rng, 30, 1.10, 0.92)
+        ratios = Ratios.of(path, direct, seed=trial)
+        e = ratios.ttft_p50
+        covered += e.low <= 1.10 <= e.high
+        assert e.low <= e.value <= e.high
+    # Nominal 95 %; a percentile bootstrap on 30 rounds runs a little narrow.
+    assert covered >= 0.8 * trials
+
+
+def test_more_rounds_narrow_the_interval() -> None:
+    rng = random.Random(3)
+    few = Ratios.of(_rounds(rng, 8, 1.1, 1.0), _rounds(rng, 8, 1.0, 1.0)).ttft_p50
+    many = Ratios.of(_rounds(rng, 120, 1.1, 1.0), _rounds(rng, 120, 1.0, 1.0)).ttft_p50
+    assert many.high - many.low < (few.high - few.low) / 2
+
+
+def test_a_clear_miss_and_a_clear_pass_get_verdicts_and_a_close_call_does_not() -> None:
+    rng = random.Random(11)
+    direct = _rounds(rng, 60, 1.0, 1.0)
+    slow = Ratios.of(_rounds(rng, 60, 1.30, 0.80), direct)
+    same = Ratios.of(_rounds(rng, 60, 1.0, 1.0), direct)
+    close = Ratios.of(_rounds(rng, 60, 1.05, 0.95), direct)
+    assert TTFT_P50.verdict(slow.ttft_p50) == "missed"
+    assert TOKENS_PER_S.verdict(slow.tokens_per_s) == "missed"
+    assert TTFT_P50.verdict(same.paired_ttft_p50) == "met"
+    assert TOKENS_PER_S.verdict(same.paired_tokens_per_s) == "met"
+    assert TTFT_P50.verdict(close.ttft_p50) == "undecided"
+
+
+@pytest.mark.parametrize(
+    ("at_most", "low", "high", "verdict"),
+    [
+        (True, 1.00, 1.04, "met"),
+        (True, 1.00, 1.06, "undecided"),
+        (True, 1.06, 1.09, "missed"),
+        (False, 0.96, 0.99, "met"),
+        (False, 0.94, 0.99, "undecided"),
+        (False, 0.90, 0.94, "missed"),
+        (True, float("nan"), float("nan"), "undecided"),
+    ],
+)
+def test_verdict_needs_the_whole_interval_on_one_side(
+    at_most: bool, low: float, high: float, verdict: str
+) -> None:
+    target = Target("x", 1.05 if at_most else 0.95, at_most=at_most)
+    assert target.verdict(Estimate((low + high) / 2, low, high)) == verdict
+
+
+def test_one_round_has_no_interval_and_no_verdict() -> None:
+    e = bootstrap(1, lambda idx: 1.2)
+    assert e.value == 1.2 and math.isnan(e.low) and math.isnan(e.high)
+    assert TTFT_P50.verdict(e) == "undecided"
+
+
+def test_rounds_are_resampled_in_pairs() -> None:
+    # Drift shared by each pair dominates; the paired ratio is exactly 1.2 in every
+    # round, so resampling pairs together gives a zero-width interval.
+    direct = [Round([0.1 * k] * 4, tokens=10, wall_s=1.0) for k in range(1, 21)]
+    path = [Round([0.12 * k] * 4, tokens=10, wall_s=1.0) for k in range(1, 21)]
+    e = bootstrap(20, paired(paired_ttft(path, direct)))
+    assert e.low == pytest.approx(1.2) and e.high == pytest.approx(1.2)
+
+
+def test_unpaired_rounds_are_refused() -> None:
+    with pytest.raises(ValueError, match="not paired"):
+        Ratios.of([Round([0.1], 1, 0, 1.0)] * 3, [Round([0.1], 1, 0, 1.0)] * 2)
+
+
+SMALL = ("--rounds", "3", "--concurrency", "2", "--events", "4", "--gap-ms", "2")
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.gateway_overhead", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _pooled_row(stdout: str) -> str:
+    match = re.search(r"^\s*2\s+gateway/d\s+(.*)$", stdout, re.M)
+    assert match is not None, stdout
+    return match[1]
+
+
+def test_saved_runs_report_as_one(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    for path in (first, second):
+        done = _bench(*SMALL, "--save", str(path))
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "targets at 2 streams" in done.stdout and "95% pair" in done.stdout
+    saved = json.loads(first.read_text())
+    assert len(saved["levels"]["2"]["direct"]) == 3
+    assert len(saved["levels"]["2"]["gateway"]) == 3
+    # One run pooled alone reports what it printed when it ran.
+    alone = _bench("--pool", str(first))
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    ran = _bench(*SMALL, "--save", str(first))
+    assert _pooled_row(ran.stdout) == _pooled_row(_bench("--pool", str(first)).stdout)
+    # Two runs pooled: every round of both, ratios over all of them.
+    both = _bench("--pool", str(first), str(second))
+    assert both.returncode == 0, both.stderr[-2000:]
+    runs = [json.loads(p.read_text())["levels"]["2"] for p in (first, second)]
+    rounds = {n: [Round(**r) for run in runs for r in run[n]] for n in ("direct", "gateway")}
+    expected = Ratios.of(rounds["gateway"], rounds["direct"]).ttft_p50.value
+    assert float(_pooled_row(both.stdout).split()[0]) == pytest.approx(expected, abs=5e-4)
+
+
+def test_a_file_that_is_not_a_saved_run_is_refused_clearly(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"levels": {"32": {"direct": [{"ttft": 1}]}}}')
+    for path in (str(bad), str(tmp_path / "missing.json")):
+        done = _bench("--pool", path)
+        assert done.returncode != 0 and "not a run saved by --save" in done.stderr
+        assert "Traceback" not in done.stderr
