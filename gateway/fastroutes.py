@@ -96,7 +96,7 @@ class FastRoutes:
             if front is None:
                 await response(scope, receive, send)
             elif front.arm():
-                await response.serve_cancellable(send, front.left)
+                await response.serve_cancellable(send, front.left, front.write_chunk)
         except Exception:
             log.exception("unexpected error forwarding %s", path)
             if not count.done:  # nothing sent yet: the client still gets a clean 500

@@ -160,6 +160,24 @@ class Front:
                 cycle.transport.close()
             cycle.on_response()
 
+    def write_chunk(self, body: bytes) -> bool:
+        """Write `body` as one chunk of a started chunked response, now, from a read
+        callback (the relay's direct path); False when it cannot go out now (the
+        head still pending, the client gone or not reading, the response over) and
+        must take the `send` path."""
+        cycle = self.cycle
+        if (
+            self._head is not None
+            or not self._chunked
+            or not cycle.response_started
+            or cycle.response_complete
+            or cycle.disconnected
+            or cycle.flow.write_paused
+        ):
+            return False
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
     def _encode_head(self) -> list[bytes]:
         """Status line and headers, as uvicorn's `send` writes them (default headers,
         the same checks, `connection: close` when the connection will close)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import lru_cache
 from typing import cast
 from urllib.parse import urlsplit
@@ -36,6 +36,9 @@ HIGH_WATER_BYTES = 256 * 1024
 LOW_WATER_BYTES = 64 * 1024
 # Idle keep-alive connections kept per upstream (admission bounds the busy ones).
 MAX_IDLE_PER_HOST = 256
+
+# Takes a body chunk straight from the read callback; False leaves it to the reader.
+Sink = Callable[[bytes], bool]
 
 
 class _Broken(Exception):
@@ -68,7 +71,9 @@ class _Connection(asyncio.Protocol):
         # One lazily re-armed read timer instead of a timer per wait: a token stream
         # waits once per event, and a timer handle each time is measurable CPU.
         self._deadline = 0.0
+        self._timeout_s = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -83,11 +88,13 @@ class _Connection(asyncio.Protocol):
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
         self._paused = False
+        self.sink: Sink | None = None
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         self._received_any = True
@@ -117,6 +124,12 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        sink = self.sink
+        if sink is not None and not self._chunks and sink(body):
+            # Passed on from here, without waking the reader: data counts as progress.
+            if self._loop is not None:
+                self._deadline = self._loop.time() + self._timeout_s
+            return
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER_BYTES and not self._paused and self.transport:
@@ -147,6 +160,7 @@ class _Connection(asyncio.Protocol):
         """Until the parser has news; TimeoutError after `timeout_s` without any."""
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
+        self._timeout_s = timeout_s
         self._deadline = loop.time() + timeout_s
         if self._watchdog is None:
             self._watchdog = loop.call_at(self._deadline, self._check_deadline, loop)
@@ -230,6 +244,13 @@ class HttptoolsResponse:
         while (chunk := await self.next_chunk()) is not None:
             yield chunk
 
+    def relay(self, sink: Sink | None) -> None:
+        """From now on, offer each body chunk to `sink` as it is read, while nothing is
+        buffered for `next_chunk`; a chunk it takes is not returned by `next_chunk`
+        (None: stop).  Order is kept: once one chunk is buffered, so are the next,
+        until the reader took them."""
+        self._conn.sink = sink
+
     def ended(self) -> bool:
         conn = self._conn
         return conn.complete and not conn._chunks and conn.error is None
@@ -240,6 +261,7 @@ class HttptoolsResponse:
         if self._released:
             return
         self._released = True
+        self._conn.sink = None
         if self._conn.reusable():
             self._client.release(self._key, self._conn)
         else:

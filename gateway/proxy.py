@@ -74,6 +74,10 @@ def _no_status(status: int) -> None:
     pass
 
 
+# Writes one body chunk of the started response now, or returns False (send it instead).
+DirectWrite = Callable[[bytes], bool]
+
+
 class ProxyResponse(Response):
     """An ASGI response that performs the upstream exchange when it is sent.
 
@@ -89,6 +93,7 @@ class ProxyResponse(Response):
         self.background = None
         self.on_status = on_status
         self._complete = False  # the final body message is being (or was) sent
+        self._direct: DirectWrite | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # One plain task watches for the client leaving and cancels this one: cheaper
@@ -103,9 +108,16 @@ class ProxyResponse(Response):
         finally:
             watcher.cancel()
 
-    async def serve_cancellable(self, send: Send, client_left: Callable[[], bool]) -> None:
+    async def serve_cancellable(
+        self, send: Send, client_left: Callable[[], bool], direct: DirectWrite | None = None
+    ) -> None:
         """Serve the response; whoever sees the client leave cancels this task, and
-        `client_left()` then says so (a cancellation from anywhere else propagates)."""
+        `client_left()` then says so (a cancellation from anywhere else propagates).
+
+        `direct` (the front's `write_chunk`) writes one chunk of the started response
+        to the client at once, or says False: with it, token events are relayed from
+        the upstream read callback instead of through this task (see `_relay_events`)."""
+        self._direct = direct
         try:
             await self._admit_and_serve(send)
         except asyncio.CancelledError:
@@ -222,8 +234,24 @@ class ProxyResponse(Response):
         self.on_status(response.status)
         await send(self._start(response))
         last = b""
+        holding = False  # this task has a chunk it has not written yet
+        write, relay = self._direct, getattr(response, "relay", None)
+        if write is not None and relay is not None:
+
+            def passed_on(chunk: bytes) -> bool:
+                """The direct path, from the upstream read callback: a chunk of whole
+                plain token events, while this task holds nothing, goes to the client
+                as it is (order kept: anything else, and all after it, waits for the
+                task)."""
+                if holding or not splitter.idle or not plain_events(chunk) or not write(chunk):
+                    return False
+                observer.tick(chunk.count(b"\n\n"))
+                return True
+
+            relay(passed_on)
         try:
             while (chunk := await response.next_chunk()) is not None:
+                holding = True
                 if splitter.idle and plain_events(chunk):
                     observer.tick(chunk.count(b"\n\n"))  # forwarded untouched
                     out = chunk
@@ -234,10 +262,14 @@ class ProxyResponse(Response):
                     break
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
+                holding = False
             tail = last + splitter.rest()
         except UpstreamError as error:
             metrics.upstream_errors.labels(error.kind).inc()
             tail, outcome = splitter.rest() + sse_error_event(error), error.kind
+        finally:
+            if write is not None and relay is not None:
+                relay(None)
         if observer.first_event_at is not None:
             metrics.ttft.observe(observer.first_event_at - self.forward.started)
         self._finish(observer.usage)
