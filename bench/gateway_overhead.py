@@ -349,6 +349,8 @@ def _print_level(streams: int, results: dict[str, list[Round]]) -> dict[str, Rat
 
 def report(table: dict[int, dict[str, list[Round]]]) -> None:
     """The whole table, then the targets at the highest concurrency."""
+    rounds = {streams: len(results[DIRECT]) for streams, results in table.items()}
+    print("rounds per path: " + ", ".join(f"{n} at {s} streams" for s, n in rounds.items()))
     _print_header()
     ratios = {streams: _print_level(streams, results) for streams, results in table.items()}
     if ratios:

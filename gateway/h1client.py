@@ -89,6 +89,7 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self.sink: Sink | None = None
+        self._batch: list[bytes] | None = None  # body read by this data_received, for `sink`
 
     # -- asyncio.Protocol --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -98,11 +99,32 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._received_any = True
+        # With a sink, the body of one read is collected and offered to it once, as
+        # one chunk: one write downstream for several events that arrived together.
+        self._batch = [] if self.sink is not None else None
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            self._flush_batch(offer=False)
             self._fail(f"malformed response from the model server ({exc})")
             self.abort()
+            return
+        # The end of the response in this read too: all of it is left to the reader,
+        # which writes the last events and the end of the response together.
+        self._flush_batch(offer=not self.complete)
+
+    def _flush_batch(self, *, offer: bool) -> None:
+        batch, self._batch = self._batch, None
+        if not batch:
+            return
+        body = batch[0] if len(batch) == 1 else b"".join(batch)
+        sink = self.sink
+        if offer and sink is not None and not self._chunks and sink(body):
+            # Passed on from here, without waking the reader: data counts as progress.
+            if self._loop is not None:
+                self._deadline = self._loop.time() + self._timeout_s
+            return
+        self._buffer(body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -124,12 +146,13 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
-        sink = self.sink
-        if sink is not None and not self._chunks and sink(body):
-            # Passed on from here, without waking the reader: data counts as progress.
-            if self._loop is not None:
-                self._deadline = self._loop.time() + self._timeout_s
-            return
+        batch = self._batch
+        if batch is not None and not self._chunks:
+            batch.append(body)  # offered to the sink once the whole read is parsed
+        else:
+            self._buffer(body)
+
+    def _buffer(self, body: bytes) -> None:
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER_BYTES and not self._paused and self.transport:

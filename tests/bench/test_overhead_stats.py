@@ -145,6 +145,7 @@ def test_saved_runs_report_as_one(tmp_path: Path) -> None:
     # Two runs pooled: every round of both, ratios over all of them.
     both = _bench("--pool", str(first), str(second))
     assert both.returncode == 0, both.stderr[-2000:]
+    assert "rounds per path: 6 at 2 streams" in both.stdout
     runs = [json.loads(p.read_text())["levels"]["2"] for p in (first, second)]
     rounds = {n: [Round(**r) for run in runs for r in run[n]] for n in ("direct", "gateway")}
     expected = Ratios.of(rounds["gateway"], rounds["direct"]).ttft_p50.value

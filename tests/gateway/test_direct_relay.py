@@ -127,7 +127,7 @@ def data_lines(body: bytes) -> list[bytes]:
 def test_events_keep_their_order_whichever_path_they_take(
     make_settings: MakeSettings, direct_writes: list[bytes]
 ) -> None:
-    e = [event(i) for i in range(6)]
+    e = [event(i) for i in range(10)]
     gap = 0.02  # each write its own read
     script = [
         (HEAD, gap),
@@ -136,15 +136,17 @@ def test_events_keep_their_order_whichever_path_they_take(
         (chunk(e[1][9:] + e[2]), gap),  # completes it, with one more
         (chunk(e[3]), gap),  # plain again: direct
         (chunk(e[4] + e[5]), gap),  # two plain events in one chunk: direct
-        (chunk(usage_event()), gap),  # asked for by the gateway: dropped
-        (chunk(DONE) + b"0\r\n\r\n", 0),
+        (chunk(e[6]) + chunk(e[7]), gap),  # two chunks in one read: one direct write
+        # The last events with the usage the gateway asked for (dropped) and the end
+        # of the response: left to the task, which writes them and the end at once.
+        (chunk(e[8]) + chunk(e[9]) + chunk(usage_event()) + chunk(DONE) + b"0\r\n\r\n", 0),
     ]
     with upstream([script]) as url, gateway(make_settings, url) as gw:
         response = httpx.post(f"{gw}/v1/chat/completions", json=STREAM, headers=auth())
     assert response.status_code == 200
     expected = [line for ev in e for line in data_lines(ev)] + [DONE.strip()]
     assert data_lines(response.content) == expected
-    assert direct_writes == [e[0], e[3], e[4] + e[5]]
+    assert direct_writes == [e[0], e[3], e[4] + e[5], e[6] + e[7]]
 
 
 def test_a_client_that_stops_reading_gets_every_event_in_order(
