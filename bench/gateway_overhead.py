@@ -214,9 +214,6 @@ async def _round(
     return out
 
 
-_pct = pct
-
-
 @dataclass
 class Summary:
     ttft_p50_s: float
@@ -230,7 +227,7 @@ class Summary:
         ttft = [t for r in runs for t in r.ttft_s]
         rate = sum(r.tokens for r in runs) / sum(r.wall_s for r in runs)
         failures = sum(r.failures for r in runs)
-        return cls(_pct(ttft, 0.5), _pct(ttft, 0.99), rate, failures, runs)
+        return cls(pct(ttft, 0.5), pct(ttft, 0.99), rate, failures, runs)
 
 
 def paired_ratios(path: Summary, direct: Summary) -> tuple[float, float]:
@@ -369,6 +366,20 @@ def save_rounds(path: str, table: dict[int, dict[str, list[Round]]], meta: dict[
     Path(path).write_text(json.dumps({"meta": meta, "levels": levels}) + "\n")
 
 
+def _round_of(saved: dict[str, Any]) -> Round:
+    r = Round(**saved)
+    numbers = (int, float)
+    if not (
+        isinstance(r.ttft_s, list)
+        and all(isinstance(t, numbers) for t in r.ttft_s)
+        and isinstance(r.tokens, int)
+        and isinstance(r.failures, int)
+        and isinstance(r.wall_s, numbers)
+    ):
+        raise ValueError(f"a round with fields of the wrong type: {saved!r:.200}")
+    return r
+
+
 def load_rounds(paths: Sequence[str]) -> dict[int, dict[str, list[Round]]]:
     """Rounds of several saved runs, concatenated per concurrency and path.  Only the
     concurrencies and paths every run has are kept (rounds stay paired with the direct
@@ -377,14 +388,14 @@ def load_rounds(paths: Sequence[str]) -> dict[int, dict[str, list[Round]]]:
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
-            runs.append(
-                {
-                    int(streams): {
-                        name: [Round(**r) for r in rounds] for name, rounds in results.items()
-                    }
-                    for streams, results in data["levels"].items()
-                }
-            )
+            run = {
+                int(streams): {name: [_round_of(r) for r in rounds] for name, rounds in by.items()}
+                for streams, by in data["levels"].items()
+            }
+            for streams, results in run.items():
+                if any(len(rounds) != len(results[DIRECT]) for rounds in results.values()):
+                    raise ValueError(f"at {streams} streams the paths have unpaired rounds")
+            runs.append(run)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SystemExit(
                 f"--pool {path}: not a run saved by --save ({type(exc).__name__}: {exc})"

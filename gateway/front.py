@@ -163,8 +163,8 @@ class Front:
     def write_chunk(self, body: bytes) -> bool:
         """Write `body` as one chunk of a started chunked response, now, from a read
         callback (the relay's direct path); False when it cannot go out now (the
-        head still pending, the client gone or not reading, the response over) and
-        must take the `send` path."""
+        head still pending, the client gone, closing or not reading, the response
+        over) and must take the `send` path."""
         cycle = self.cycle
         if (
             self._head is not None
@@ -173,6 +173,7 @@ class Front:
             or cycle.response_complete
             or cycle.disconnected
             or cycle.flow.write_paused
+            or cycle.transport.is_closing()
         ):
             return False
         cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))

@@ -268,9 +268,10 @@ class HttptoolsResponse:
             yield chunk
 
     def relay(self, sink: Sink | None) -> None:
-        """From now on, offer each body chunk to `sink` as it is read, while nothing is
-        buffered for `next_chunk`; a chunk it takes is not returned by `next_chunk`
-        (None: stop).  Order is kept: once one chunk is buffered, so are the next,
+        """From now on, offer the body bytes of each read to `sink` as one chunk, while
+        nothing is buffered for `next_chunk`; what it takes is not returned by
+        `next_chunk` (None: stop).  A read that ends the response is left to
+        `next_chunk`.  Order is kept: once a chunk is buffered, so is every later one
         until the reader took them."""
         self._conn.sink = sink
 
