@@ -128,9 +128,9 @@ def test_events_keep_their_order_whichever_path_they_take(
     make_settings: MakeSettings, direct_writes: list[bytes]
 ) -> None:
     e = [event(i) for i in range(10)]
-    gap = 0.02  # each write its own read
+    gap = 0.1  # each write its own read, with room for a busy machine
     script = [
-        (HEAD, gap),
+        (HEAD, 0.3),  # time for the relay to be set up
         (chunk(e[0]), gap),  # plain: direct
         (chunk(e[1][:9]), gap),  # half an event: the task from here on
         (chunk(e[1][9:] + e[2]), gap),  # completes it, with one more
@@ -155,7 +155,7 @@ def test_a_client_that_stops_reading_gets_every_event_in_order(
     """Past the client socket's buffers the front stops writing directly; the task
     waits for the client to drain, and chunks read meanwhile wait behind it."""
     small, count, pad = 5, 200, 64 * 1024  # ~13 MB: more than the sockets buffer
-    script = [(HEAD, 0.02)] + [(chunk(event(i)), 0.02) for i in range(small)]
+    script = [(HEAD, 0.3)] + [(chunk(event(i)), 0.1) for i in range(small)]
     script += [(chunk(event(i, pad)), 0.0) for i in range(small, count)]
     script.append((chunk(DONE) + b"0\r\n\r\n", 0.0))
     with upstream([script]) as url, gateway(make_settings, url) as gw:
@@ -180,9 +180,9 @@ def test_events_passed_on_directly_keep_the_read_timeout_from_firing(
     make_settings: MakeSettings, direct_writes: list[bytes]
 ) -> None:
     """The read timeout is the longest silence from vLLM, not the longest stream."""
-    script = [(HEAD, 0.05)] + [(chunk(event(i)), 0.1) for i in range(12)]
+    script = [(HEAD, 0.3)] + [(chunk(event(i)), 0.1) for i in range(12)]  # 1.5 s in all
     script.append((chunk(DONE) + b"0\r\n\r\n", 0.0))
-    with upstream([script]) as url, gateway(make_settings, url, read_timeout_seconds=0.4) as gw:
+    with upstream([script]) as url, gateway(make_settings, url, read_timeout_seconds=0.6) as gw:
         response = httpx.post(f"{gw}/v1/chat/completions", json=STREAM, headers=auth())
     lines = data_lines(response.content)
     assert b"error" not in response.content, response.content[-300:]
