@@ -52,7 +52,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from bench.overhead_stats import Estimate, Ratios, paired, paired_rate, paired_ttft, pct
+from bench.overhead_stats import Estimate, Ratios, pct
 
 CONCURRENCY = (1, 8, 32)
 CPU_COST_EVENTS = (2, 64)
@@ -228,18 +228,6 @@ class Summary:
         rate = sum(r.tokens for r in runs) / sum(r.wall_s for r in runs)
         failures = sum(r.failures for r in runs)
         return cls(pct(ttft, 0.5), pct(ttft, 0.99), rate, failures, runs)
-
-
-def paired_ratios(path: Summary, direct: Summary) -> tuple[float, float]:
-    """Medians over rounds of (TTFT p50, tokens/s) path/direct, each round compared with
-    the direct round next to it.  On a shared 2-core machine vLLM's own speed drifts
-    and stalls now and then; pooled figures take the stalls wherever they fell, the
-    paired median does not."""
-    everything = range(len(direct.runs))
-    return (
-        paired(paired_ttft(path.runs, direct.runs))(everything),
-        paired(paired_rate(path.runs, direct.runs))(everything),
-    )
 
 
 def _print_row(streams: int, name: str, s: Summary) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.gateway_overhead import Round, Summary, nginx_conf, paired_ratios
+from bench.gateway_overhead import Round, Summary, nginx_conf
+from bench.overhead_stats import Ratios
 
 CPU_RUN = ("--rounds", "20", "--concurrency", "8")
 SMALL_RUN = ("--rounds", "2", "--concurrency", "1,4", "--events", "8", "--gap-ms", "2")
@@ -24,7 +25,8 @@ def test_paired_ratio_ignores_a_stall_that_pooled_figures_take() -> None:
 
     direct = rounds([1.0, 1.0, 1.0, 1.0, 1.0])
     path = rounds([1.1, 1.1, 5.0, 1.1, 1.1])  # one stall of the shared machine
-    ttft, rate = paired_ratios(path, direct)
+    ratios = Ratios.of(path.runs, direct.runs)
+    ttft, rate = ratios.paired_ttft_p50.value, ratios.paired_tokens_per_s.value
     assert abs(ttft - 1.1) < 1e-9 and abs(rate - 1 / 1.1) < 1e-9
     assert path.tokens_per_s / direct.tokens_per_s < 0.6  # pooled: the stall dominates
 
