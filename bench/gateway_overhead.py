@@ -159,6 +159,12 @@ class Round:
     tokens: int = 0
     failures: int = 0
     wall_s: float = 0.0
+    # Why streams failed: reason -> count (a status, an aiohttp error, no [DONE]).
+    why: dict[str, int] = field(default_factory=dict)
+
+    def failed(self, reason: str) -> None:
+        self.failures += 1
+        self.why[reason] = self.why.get(reason, 0) + 1
 
 
 def _body(model: str, max_tokens: int) -> bytes:
@@ -186,18 +192,18 @@ async def _one_stream(
     try:
         async with session.post(url + "/v1/chat/completions", data=body, headers=headers) as resp:
             if resp.status != 200:
-                out.failures += 1
+                out.failed(f"status {resp.status}")
                 return
             async for chunk in resp.content.iter_any():
                 if first is None and b"data:" in chunk:
                     first = time.perf_counter()
                 tail = (tail + chunk)[-len(DONE) :]  # [DONE] may straddle two reads
                 done = done or DONE.strip() in tail
-    except aiohttp.ClientError:
-        out.failures += 1
+    except aiohttp.ClientError as exc:
+        out.failed(type(exc).__name__)
         return
     if not done:
-        out.failures += 1
+        out.failed("no [DONE]")
         return
     if first is not None:
         out.ttft_s.append(first - started)
@@ -229,9 +235,22 @@ class Summary:
         failures = sum(r.failures for r in runs)
         return cls(pct(ttft, 0.5), pct(ttft, 0.99), rate, failures, runs)
 
+    def why(self) -> str:
+        """The failures by reason, most frequent first ("?" for rounds saved without)."""
+        counts: dict[str, int] = {}
+        for r in self.runs:
+            for reason, n in r.why.items():
+                counts[reason] = counts.get(reason, 0) + n
+        unknown = self.failures - sum(counts.values())
+        if unknown > 0:
+            counts["?"] = unknown
+        return ", ".join(
+            f"{n} {reason}" for reason, n in sorted(counts.items(), key=lambda kv: -kv[1])
+        )
+
 
 def _print_row(streams: int, name: str, s: Summary) -> None:
-    fails = f" {s.failures} failed" if s.failures else ""
+    fails = f" {s.failures} failed ({s.why()})" if s.failures else ""
     print(
         f"{streams:>7} {name:>12} {s.ttft_p50_s * 1000:>12.1f} {s.ttft_p99_s * 1000:>12.1f} "
         f"{s.tokens_per_s:>10.0f}{fails}"
@@ -363,6 +382,8 @@ def _round_of(saved: dict[str, Any]) -> Round:
         and isinstance(r.tokens, int)
         and isinstance(r.failures, int)
         and isinstance(r.wall_s, numbers)
+        and isinstance(r.why, dict)
+        and all(isinstance(k, str) and isinstance(n, int) for k, n in r.why.items())
     ):
         raise ValueError(f"a round with fields of the wrong type: {saved!r:.200}")
     return r

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 from reliability.client import (
     Reply,
@@ -113,6 +114,7 @@ class RampTally:
     shed: int = 0
     shed_without_retry_after: int = 0
     errors: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
 
     def add(self, outcome: StreamOutcome) -> None:
         if outcome.status == 429:
@@ -127,6 +129,7 @@ class RampTally:
             self.gaps.extend(outcome.gaps)
         else:
             self.errors += 1
+            self.reasons[outcome.failure() or "incomplete"] += 1
 
 
 async def ramp(ctx: Ctx) -> CaseResult:
@@ -145,6 +148,7 @@ async def ramp(ctx: Ctx) -> CaseResult:
             "ok": tally.ok,
             "429": tally.shed,
             "errors": tally.errors,
+            "failures": dict(tally.reasons),
             "ttft": Spread.of(tally.ttft).ms(),
         }
     ttft, itl = Spread.of(everything.ttft), Spread.of(everything.gaps)
@@ -155,7 +159,8 @@ async def ramp(ctx: Ctx) -> CaseResult:
     )
     problems = []
     if everything.errors:
-        problems.append(f"{everything.errors} streams failed or timed out")
+        why = ", ".join(f"{n} × {reason}" for reason, n in everything.reasons.most_common(3))
+        problems.append(f"{everything.errors} streams failed or timed out ({why})")
     if everything.shed_without_retry_after:
         problems.append(f"{everything.shed_without_retry_after} × 429 without Retry-After/body")
     if not top["429"]:

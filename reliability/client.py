@@ -97,6 +97,28 @@ class StreamOutcome:
             and self.transport_error is None
         )
 
+    def failure(self) -> str | None:
+        """Why the stream is not `complete`, in a few words (None when it is)."""
+        tally = self.tally
+        if self.hung:
+            return "no end within the client's timeout"
+        if self.transport_error is not None:
+            return f"transport error {self.transport_error}"
+        if self.status != 200:
+            excerpt = self.body[:160].decode("utf-8", errors="replace")
+            return f"status {self.status}: {excerpt}"
+        if tally.error is not None:
+            return f"error event: {str(tally.error)[:160]}"
+        if tally.malformed:
+            return f"{tally.malformed} malformed events"
+        if tally.truncated_event:
+            return "ended inside an event"
+        if not tally.done:
+            return f"ended without [DONE] after {tally.tokens} tokens"
+        if tally.after_done:
+            return f"{tally.after_done} events after [DONE]"
+        return None
+
     @property
     def exact(self) -> bool:
         """Every token vLLM counted arrived once (usage.completion_tokens = tokens received)."""

@@ -31,6 +31,17 @@ def test_paired_ratio_ignores_a_stall_that_pooled_figures_take() -> None:
     assert path.tokens_per_s / direct.tokens_per_s < 0.6  # pooled: the stall dominates
 
 
+def test_failures_are_reported_by_reason_most_frequent_first() -> None:
+    first, second = Round(wall_s=1.0), Round(wall_s=1.0)
+    for reason in ("ServerDisconnectedError", "status 503", "ServerDisconnectedError"):
+        first.failed(reason)
+    second.failed("no [DONE]")
+    saved_without_reasons = Round(failures=2, wall_s=1.0)  # a run saved before reasons
+    summary = Summary.of([first, second, saved_without_reasons])
+    assert summary.failures == 6
+    assert summary.why() == "2 ServerDisconnectedError, 2 ?, 1 status 503, 1 no [DONE]"
+
+
 def test_runs_against_the_synthetic_upstream() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.gateway_overhead", *SMALL_RUN],

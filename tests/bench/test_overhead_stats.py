@@ -159,9 +159,12 @@ def test_a_file_that_is_not_a_saved_run_is_refused_clearly(tmp_path: Path) -> No
     wrong_type = tmp_path / "wrong_type.json"
     wrong_type.write_text('{"levels": {"32": {"direct": [{"ttft_s": "fast"}]}}}')
     one = {"ttft_s": [0.1], "tokens": 1, "failures": 0, "wall_s": 1.0}
+    bad_reasons = tmp_path / "bad_reasons.json"
+    bad_reasons.write_text(json.dumps({"levels": {"32": {"direct": [one | {"why": {"x": "2"}}]}}}))
     unpaired = tmp_path / "unpaired.json"
     unpaired.write_text(json.dumps({"levels": {"32": {"direct": [one, one], "gateway": [one]}}}))
-    for path in (str(bad), str(wrong_type), str(unpaired), str(tmp_path / "missing.json")):
+    paths = (bad, wrong_type, bad_reasons, unpaired, tmp_path / "missing.json")
+    for path in map(str, paths):
         done = _bench("--pool", path)
         assert done.returncode != 0 and "not a run saved by --save" in done.stderr
         assert "Traceback" not in done.stderr

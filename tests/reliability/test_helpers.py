@@ -9,7 +9,8 @@ import pytest
 
 from reliability import promtext
 from reliability.cases_hostile import compare_digest_sites, derived_salts, secret_hits
-from reliability.cases_load import mix_plan
+from reliability.cases_load import RampTally, mix_plan
+from reliability.client import StreamOutcome
 from reliability.deps import findings, read_ignore_list, stage_users
 from reliability.docs import BEGIN, END, DocsError, replace_block
 from reliability.events import StreamTally, is_openai_error
@@ -81,6 +82,45 @@ def test_tally_counts_events_after_done():
     tally = StreamTally()
     tally.feed(chunk("[DONE]") + chunk('{"choices": []}'), 0.0)
     assert tally.after_done == 1
+
+
+TOKEN = '{"choices": [{"text": "a", "token_ids": [5]}]}'
+
+
+def _outcome(status: int = 200, feed: bytes = b"", **fields: object) -> StreamOutcome:
+    outcome = StreamOutcome(started=0.0, status=status, **fields)  # type: ignore[arg-type]
+    outcome.tally.feed(feed, 1.0)
+    return outcome
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reason"),
+    [
+        (_outcome(feed=chunk('{"choices": [{"text": "a"}]}') + chunk("[DONE]")), None),
+        (_outcome(hung=True), "no end within the client's timeout"),
+        (_outcome(transport_error="ReadTimeout"), "transport error ReadTimeout"),
+        (_outcome(503, body=b'{"error": {"message": "down"}}'), 'status 503: {"error"'),
+        (_outcome(feed=chunk('{"error": {"message": "boom"}}')), "error event: {'message'"),
+        (_outcome(feed=chunk("{oops") + chunk("[DONE]")), "1 malformed events"),
+        (_outcome(feed=b'data: {"choi'), "ended inside an event"),
+        (_outcome(feed=chunk(TOKEN)), "ended without [DONE] after 1 tokens"),
+        (_outcome(feed=chunk("[DONE]") + chunk("[DONE]")), "1 events after [DONE]"),
+    ],
+)
+def test_stream_outcome_says_why_it_failed(outcome, reason):
+    assert (outcome.failure() is None) == outcome.complete
+    if reason is None:
+        assert outcome.failure() is None
+    else:
+        assert reason in (outcome.failure() or "")
+
+
+def test_ramp_tally_counts_failures_by_reason():
+    tally = RampTally([], [])
+    for outcome in (_outcome(hung=True), _outcome(hung=True), _outcome(502, body=b"bad")):
+        tally.add(outcome)
+    assert tally.errors == 3
+    assert tally.reasons == {"no end within the client's timeout": 2, "status 502: bad": 1}
 
 
 @pytest.mark.parametrize(
