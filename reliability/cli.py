@@ -1,7 +1,8 @@
 """`python -m reliability run [--short] [--out DIR] [--docs FILE]`: start the local stack,
 run every case, print the table, write report.md / report.json, stop everything.
 
-Exit 0 when no case FAILs (WARN and SKIP are reported only), 1 otherwise, 2 on bad usage.
+Exit 0 when no case FAILs (WARN and SKIP are reported only), 1 otherwise, 2 on bad usage,
+130 when stopped by Ctrl-C or SIGTERM (`timeout`), after stopping every process it started.
 Start it under `flock /tmp/sparkserve-vllm-test.lock` where other vLLM runs may compete.
 """
 
@@ -17,8 +18,10 @@ from reliability.docs import write_docs
 from reliability.report import all_passed, render_json, render_markdown, render_table
 from reliability.stack import ROOT
 from reliability.suite import run
+from tools.sigterm import interrupt_on_sigterm
 
 EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,7 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"reliability: {'short' if args.short else 'full'} run, logs and reports in {out}",
         flush=True,
     )
-    results, meta = run(args.short, out, warmup)
+    interrupt_on_sigterm()  # `timeout` and kill: the stack is stopped, not orphaned
+    try:
+        results, meta = run(args.short, out, warmup)
+    except KeyboardInterrupt as stop:
+        print(
+            f"reliability: interrupted ({str(stop) or 'Ctrl-C'}); the stack it started is stopped",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     print()
     print(render_table(results))
     (out / "report.md").write_text(render_markdown(results, meta))

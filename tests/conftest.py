@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.termination import pytest_configure  # noqa: F401  (SIGTERM tears down)
 from tests.vllm_proc import VLLMServer
 from tools.tiny_model import write_tiny_model
 

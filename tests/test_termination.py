@@ -1,0 +1,112 @@
+"""SIGTERM to a pytest run tears its session down (tests/termination.py, on
+tools/sigterm.py): a child process a session fixture started is stopped, as the
+shared vLLM is; the reliability CLI reports the interruption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+INNER = """
+import subprocess, time
+from pathlib import Path
+
+import pytest
+
+STATE = Path(__file__).parent
+
+
+@pytest.fixture(scope="session")
+def child():
+    proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    (STATE / "child.pid").write_text(str(proc.pid))
+    yield proc
+    proc.terminate()
+    proc.wait()
+    (STATE / "torn-down").touch()
+
+
+def test_runs_until_stopped(child):
+    (STATE / "running").touch()
+    time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie no one reaped yet is gone for every purpose here.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _run_and_terminate(tmp_path: Path, plugin: bool) -> tuple[int, int]:
+    """(exit status of the inner pytest, pid of its fixture's child)."""
+    (tmp_path / "test_inner.py").write_text(INNER)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    args += ["-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path)]
+    if plugin:
+        args += ["-p", "tests.termination"]
+    proc = subprocess.Popen(
+        [*args, str(tmp_path / "test_inner.py")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "running").exists():
+        assert proc.poll() is None, proc.communicate()[0].decode()[-2000:]
+        assert time.monotonic() < deadline, "the inner test never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    return proc.returncode, int((tmp_path / "child.pid").read_text())
+
+
+def test_sigterm_runs_the_session_teardown(tmp_path: Path) -> None:
+    status, child = _run_and_terminate(tmp_path, plugin=True)
+    assert (tmp_path / "torn-down").exists()
+    assert not _alive(child)
+    assert status == pytest.ExitCode.INTERRUPTED
+
+
+def test_without_it_sigterm_leaves_the_child_running(tmp_path: Path) -> None:
+    status, child = _run_and_terminate(tmp_path, plugin=False)
+    try:
+        assert status == -signal.SIGTERM
+        assert not (tmp_path / "torn-down").exists()
+        assert _alive(child)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_the_reliability_cli_says_it_was_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import reliability.cli as cli
+
+    for raised, said in (
+        (KeyboardInterrupt("stopped by SIGTERM"), "stopped by SIGTERM"),
+        (KeyboardInterrupt(), "Ctrl-C"),
+    ):
+
+        def stopped(*args: object, error: BaseException = raised) -> None:
+            raise error
+
+        monkeypatch.setattr(cli, "run", stopped)
+        status = cli.main(["run", "--short", "--out", str(tmp_path)])
+        assert status == cli.EXIT_INTERRUPTED == 130
+        err = capsys.readouterr().err
+        assert f"interrupted ({said}); the stack it started is stopped" in err
+        assert "Traceback" not in err
