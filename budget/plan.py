@@ -153,6 +153,7 @@ def kv_settings(s: Settings) -> KVSettings:
         mtp_k=s.mtp,
         block_size=s.block_size,
         flashinfer_gdn_align=s.device == "cuda" and s.hardware.flashinfer_gdn_align,
+        cpu_avx512_bf16=s.device == "cpu" and s.hardware.cpu_avx512_bf16,
     )
 
 

@@ -16,6 +16,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "hardware": s.hardware.name,
         "device": s.device,
         "uma": s.hardware.uma,
+        "cpu_avx512_bf16": s.device == "cpu" and s.hardware.cpu_avx512_bf16,
         "fits": plan.fits,
         "kv_cache_tokens": plan.kv_cache_tokens,
         "max_concurrency": plan.max_concurrency,

