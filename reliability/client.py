@@ -72,11 +72,6 @@ class StreamOutcome:
     transport_error: str | None = None
     hung: bool = False
     ended: float = 0.0
-    # Tokens received when the client stopped reading to wait at a `BurstGate`: the gap
-    # after that token is the client's pause, not the server's.
-    held_after: int | None = None
-    # The client closed the stream on purpose (`StreamPlan.stop_after_tokens`).
-    cut: bool = False
 
     @property
     def ttft(self) -> float | None:
@@ -86,8 +81,7 @@ class StreamOutcome:
     @property
     def gaps(self) -> list[float]:
         times = self.tally.token_times
-        pause = None if self.held_after is None else self.held_after - 1
-        return [b - a for i, (a, b) in enumerate(itertools.pairwise(times)) if i != pause]
+        return [b - a for a, b in itertools.pairwise(times)]
 
     @property
     def complete(self) -> bool:
@@ -99,19 +93,6 @@ class StreamOutcome:
             and not tally.after_done
             and not tally.malformed
             and not tally.truncated_event
-            and tally.error is None
-            and self.transport_error is None
-        )
-
-    @property
-    def cut_cleanly(self) -> bool:
-        """Closed by the client as planned, after a clean 200 stream up to that point."""
-        tally = self.tally
-        return (
-            self.cut
-            and self.status == 200
-            and tally.tokens > 0
-            and not tally.malformed
             and tally.error is None
             and self.transport_error is None
         )
@@ -145,49 +126,13 @@ class StreamOutcome:
         return self.complete and usage.get("completion_tokens") == self.tally.tokens
 
 
-@dataclass
-class BurstGate:
-    """Holds a burst's admitted streams until the rest of the burst was answered.
-
-    A stream that got its first token stops reading until `expected` requests of the
-    burst have their response head (200 or a refusal), or `timeout_s` passed.  With
-    streams long enough that vLLM is still generating them by then (the gateway keeps
-    relaying into the socket while the client waits, so only a running generation holds
-    an admission slot), the admitted streams hold their slots while the burst's last
-    requests arrive, however slowly a client on a busy machine sends them: what
-    admission sheds does not depend on the client's speed.  `expected` leaves out the
-    requests that wait in the gateway's queue: they get no head while the slots are
-    held."""
-
-    expected: int
-    timeout_s: float = 60.0
-    heads: int = 0
-    timed_out: bool = False
-    _open: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def answered(self) -> None:
-        self.heads += 1
-        if self.heads >= self.expected:
-            self._open.set()
-
-    async def wait(self) -> None:
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                await self._open.wait()
-        except TimeoutError:
-            self.timed_out = True
-            self._open.set()
-
-
 @dataclass(frozen=True)
 class StreamPlan:
-    """How the client reads: stop after some tokens, read slowly, signal the first token,
-    hold after the first token at a burst's gate."""
+    """How the client reads: stop after some tokens, read slowly, signal the first token."""
 
     stop_after_tokens: int | None = None
     first_token: asyncio.Event | None = None
     timeout_s: float = STREAM_TIMEOUT_SECONDS
-    gate: BurstGate | None = None
 
 
 async def stream(
@@ -205,8 +150,6 @@ async def stream(
         outcome.hung = True
     except httpx.HTTPError as exc:
         outcome.transport_error = type(exc).__name__
-    if plan.gate is not None and outcome.status is None:
-        plan.gate.answered()  # no head will come: it must not keep the others waiting
     outcome.ended = time.monotonic()
     if plan.first_token is not None:
         plan.first_token.set()  # never leave a waiter behind
@@ -224,8 +167,6 @@ async def _read_stream(
     async with client.stream("POST", url, json=body, headers=headers) as response:
         outcome.status = response.status_code
         outcome.headers = dict(response.headers)
-        if plan.gate is not None:
-            plan.gate.answered()
         if response.status_code != 200:
             outcome.body = await response.aread()
             return
@@ -233,14 +174,10 @@ async def _read_stream(
             outcome.tally.feed(chunk, time.monotonic())
             if outcome.tally.tokens and plan.first_token is not None:
                 plan.first_token.set()
-            if plan.gate is not None and outcome.tally.tokens and outcome.held_after is None:
-                outcome.held_after = len(outcome.tally.token_times)
-                await plan.gate.wait()
             if (
                 plan.stop_after_tokens is not None
                 and outcome.tally.tokens >= plan.stop_after_tokens
             ):
-                outcome.cut = True
                 return  # leaving the block closes the connection: a client disconnect
 
 

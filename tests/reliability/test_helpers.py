@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 
@@ -11,7 +10,7 @@ import pytest
 from reliability import promtext
 from reliability.cases_hostile import compare_digest_sites, derived_salts, secret_hits
 from reliability.cases_load import RampTally, mix_plan
-from reliability.client import BurstGate, StreamOutcome
+from reliability.client import StreamOutcome
 from reliability.deps import findings, read_ignore_list, stage_users
 from reliability.docs import BEGIN, END, DocsError, replace_block
 from reliability.events import StreamTally, is_openai_error
@@ -122,58 +121,6 @@ def test_ramp_tally_counts_failures_by_reason():
         tally.add(outcome)
     assert tally.errors == 3
     assert tally.reasons == {"no end within the client's timeout": 2, "status 502: bad": 1}
-
-
-def test_a_planned_cut_counts_as_cut_only_when_clean():
-    tally = RampTally([], [])
-    clean = _outcome(feed=chunk(TOKEN), cut=True)
-    no_token = _outcome(feed=b"", cut=True)
-    broken = _outcome(feed=chunk(TOKEN) + chunk('{"error": {"message": "x"}}'), cut=True)
-    for outcome in (clean, no_token, broken, _outcome(feed=chunk(TOKEN) + chunk("[DONE]"))):
-        tally.add(outcome)
-    assert (tally.ok, tally.cut, tally.errors) == (1, 1, 2)
-    assert len(tally.ttft) == 2  # the complete stream and the clean cut
-
-
-def test_the_pause_at_a_burst_gate_is_not_an_inter_token_gap():
-    outcome = _outcome()
-    outcome.tally.token_times = [0.0, 0.1, 5.1, 5.2]
-    assert outcome.gaps == pytest.approx([0.1, 5.0, 0.1])
-    outcome.held_after = 2  # stopped reading after the second token
-    assert outcome.gaps == pytest.approx([0.1, 0.1])
-
-
-def test_burst_gate_opens_when_the_expected_answers_came():
-    async def scenario() -> tuple[list[str], bool]:
-        gate, seen = BurstGate(expected=3, timeout_s=5), []
-
-        async def held(name: str) -> None:
-            await gate.wait()
-            seen.append(name)
-
-        waiters = [asyncio.create_task(held(n)) for n in ("a", "b")]
-        for _ in range(2):
-            gate.answered()
-            await asyncio.sleep(0.01)
-            assert seen == []  # still short of the burst's answers
-        gate.answered()
-        await asyncio.gather(*waiters)
-        return seen, gate.timed_out
-
-    seen, timed_out = asyncio.run(scenario())
-    assert sorted(seen) == ["a", "b"] and not timed_out
-
-
-def test_burst_gate_gives_up_after_its_timeout():
-    async def scenario() -> BurstGate:
-        gate = BurstGate(expected=2, timeout_s=0.05)
-        gate.answered()
-        await gate.wait()
-        await gate.wait()  # open from now on
-        return gate
-
-    gate = asyncio.run(scenario())
-    assert gate.timed_out and gate.heads == 1
 
 
 @pytest.mark.parametrize(
