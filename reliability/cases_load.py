@@ -18,8 +18,8 @@ from reliability.client import (
 )
 from reliability.context import Ctx, EngineGauges, ProcessSample
 from reliability.events import is_openai_error, parse_json
-from reliability.report import CaseResult, verdict
-from reliability.stack import MAX_MODEL_LEN
+from reliability.report import FAIL, PASS, WARN, CaseResult, verdict
+from reliability.stack import GATEWAY_MAX_CONCURRENCY, GATEWAY_QUEUE_SIZE, MAX_MODEL_LEN
 from reliability.stats import MIB, Spread, mib
 
 GROUP = "load"
@@ -32,6 +32,8 @@ RAMP_MAX_TOKENS = 96
 # the gateway, or admission has nothing to shed: on 2 busy cores the suite's client
 # spreads 32 requests over 1–2 s, longer than a 96-token stream (seen: 0 × 429 once).
 RAMP_TOP_MAX_TOKENS = 384
+# Requests the gateway holds at once (running + queued); past it a burst is refused.
+ADMITTED = GATEWAY_MAX_CONCURRENCY + GATEWAY_QUEUE_SIZE
 
 
 async def _one(ctx: Ctx, prompt_len: int, max_tokens: int) -> StreamOutcome:
@@ -135,11 +137,13 @@ class RampTally:
 async def ramp(ctx: Ctx) -> CaseResult:
     """1 → 32 concurrent streams through the gateway (admission 8 + queue 4: the rest is 429)."""
     everything = RampTally([], [])
-    per_level = {}
+    per_level: dict[int, dict[str, object]] = {}
     levels = _ramp_levels(ctx.short)
+    top_outcomes: list[StreamOutcome] = []
     for level in levels:
         max_tokens = RAMP_TOP_MAX_TOKENS if level == max(levels) else RAMP_MAX_TOKENS
         outcomes = await asyncio.gather(*(_one(ctx, 32, max_tokens) for _ in range(level)))
+        top_outcomes = outcomes
         tally = RampTally([], [])
         for outcome in outcomes:
             tally.add(outcome)
@@ -152,27 +156,62 @@ async def ramp(ctx: Ctx) -> CaseResult:
             "ttft": Spread.of(tally.ttft).ms(),
         }
     ttft, itl = Spread.of(everything.ttft), Spread.of(everything.gaps)
-    top = per_level[max(per_level)]
+    top = max(levels)
+    shed_at_top = sum(o.status == 429 for o in top_outcomes)
     figure = (
         f"TTFT p50/95/99 {ttft.ms()}, ITL {itl.ms()}; {everything.ok} ok, "
-        f"{everything.shed} × 429 (at 32: {top['429']}), {everything.errors} errors"
+        f"{everything.shed} × 429 (at {top}: {shed_at_top}), {everything.errors} errors"
     )
-    problems = []
+    problems, notes = [], []
     if everything.errors:
         why = ", ".join(f"{n} × {reason}" for reason, n in everything.reasons.most_common(3))
         problems.append(f"{everything.errors} streams failed or timed out ({why})")
     if everything.shed_without_retry_after:
         problems.append(f"{everything.shed_without_retry_after} × 429 without Retry-After/body")
-    if not top["429"]:
-        problems.append("no 429 at 32 streams: admission did not shed")
+    if not shed_at_top:
+        # Whether anything had to be shed depends on how fast the requests arrived: on
+        # two cores shared with vLLM the client may send 32 over seconds, each stream
+        # over before the last arrives.  Only more streams running at once than the
+        # gateway holds (running + queued) is admission's failure.
+        running = max_overlap(top_outcomes)
+        if running > ADMITTED:
+            problems.append(
+                f"no 429 at {top} streams although {running} were streaming at once "
+                f"(the gateway holds {GATEWAY_MAX_CONCURRENCY} + {GATEWAY_QUEUE_SIZE} queued)"
+            )
+        else:
+            spread = arrival_spread(top_outcomes)
+            notes.append(
+                f"no 429 at {top} streams: at most {running} were streaming at once, within "
+                f"the {ADMITTED} the gateway holds (their answers began over {spread:.1f} s: "
+                "the client sent them too slowly to overload it), so shedding was not tested"
+            )
+    result = FAIL if problems else WARN if notes else PASS
     return CaseResult(
         GROUP,
         "ramp-1-32",
         figure,
-        verdict(not problems),
-        "; ".join(problems),
+        result,
+        "; ".join(problems + notes),
         data={"levels": per_level},
     )
+
+
+def max_overlap(outcomes: list[StreamOutcome]) -> int:
+    """Most 200 streams the client saw streaming at once (from its head to its end)."""
+    edges = [(o.head_at, 1) for o in outcomes if o.status == 200 and o.head_at is not None]
+    edges += [(o.ended, -1) for o in outcomes if o.status == 200 and o.head_at is not None]
+    running = most = 0
+    for _, step in sorted(edges):  # at a tie an end (-1) sorts before a start
+        running += step
+        most = max(most, running)
+    return most
+
+
+def arrival_spread(outcomes: list[StreamOutcome]) -> float:
+    """Seconds between the first and the last response head of a level."""
+    heads = [o.head_at for o in outcomes if o.head_at is not None]
+    return max(heads) - min(heads) if heads else 0.0
 
 
 MIX = (("short", 0.3), ("medium", 0.5), ("long", 0.2))

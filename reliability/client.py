@@ -72,6 +72,7 @@ class StreamOutcome:
     transport_error: str | None = None
     hung: bool = False
     ended: float = 0.0
+    head_at: float | None = None  # when the response's status and headers arrived
 
     @property
     def ttft(self) -> float | None:
@@ -165,6 +166,7 @@ async def _read_stream(
     outcome: StreamOutcome,
 ) -> None:
     async with client.stream("POST", url, json=body, headers=headers) as response:
+        outcome.head_at = time.monotonic()
         outcome.status = response.status_code
         outcome.headers = dict(response.headers)
         if response.status_code != 200:

@@ -9,7 +9,7 @@ import pytest
 
 from reliability import promtext
 from reliability.cases_hostile import compare_digest_sites, derived_salts, secret_hits
-from reliability.cases_load import RampTally, mix_plan
+from reliability.cases_load import RampTally, arrival_spread, max_overlap, mix_plan
 from reliability.client import StreamOutcome
 from reliability.deps import findings, read_ignore_list, stage_users
 from reliability.docs import BEGIN, END, DocsError, replace_block
@@ -187,3 +187,20 @@ def test_the_gateway_compares_keys_with_compare_digest():
     assert any(
         site.startswith("gateway/tenancy.py:") for site in compare_digest_sites(ROOT / "gateway")
     )
+
+
+def _span(head: float, end: float, status: int = 200) -> StreamOutcome:
+    return StreamOutcome(started=0.0, status=status, head_at=head, ended=end)
+
+
+def test_max_overlap_counts_streams_streaming_at_once():
+    spans = [_span(0.0, 1.0), _span(0.5, 2.0), _span(0.9, 1.5), _span(1.0, 3.0)]
+    assert max_overlap(spans) == 3  # 0.9-1.0; the first ends as the fourth begins
+    assert max_overlap([*spans, _span(1.2, 1.3, status=429)]) == 3  # refusals do not stream
+    assert max_overlap([_span(0.0, 1.0), _span(1.0, 2.0)]) == 1  # back to back
+    assert max_overlap([]) == 0
+
+
+def test_arrival_spread_is_first_to_last_head():
+    assert arrival_spread([_span(2.0, 3.0), _span(0.5, 1.0), _span(1.0, 1.0, 429)]) == 1.5
+    assert arrival_spread([]) == 0.0
