@@ -504,16 +504,18 @@ def _print_cpu_cost(paths: dict[str, str | None], streams: int, rounds: int) -> 
 # ---- processes ----
 
 
-def _wait_ready(url: str, path: str, timeout_s: float = 60) -> None:
+def _wait_ready(url: str, *paths: str, timeout_s: float = 60) -> None:
+    """Until one of `paths` answers 200; SystemExit naming them after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + path, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+        for path in paths:
+            try:
+                if httpx.get(url + path, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
         time.sleep(0.2)
-    raise RuntimeError(f"{url}{path} not ready")
+    raise SystemExit(f"{url} did not answer 200 on {' or '.join(paths)} within {timeout_s:g} s")
 
 
 def _start_gateway(
@@ -610,7 +612,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="NAME=URL",
-        help="also race this proxy of the upstream, e.g. nginx (its /health must answer)",
+        help="also race this proxy of the upstream, e.g. nginx or another gateway "
+        "(/health or /healthz must answer 200)",
     )
     parser.add_argument(
         "--nginx",
@@ -679,8 +682,8 @@ def main(argv: list[str] | None = None) -> int:
             child, url = _start_nginx(upstream, scratch)
             children.append(child)
             also.append(("nginx", url))
-        for name, url in also:
-            _wait_ready(url, "/health")
+        for name, url in also:  # a proxy of vLLM (/health) or another sparkserve gateway
+            _wait_ready(url, "/health", "/healthz")
             urls[name] = url
         kind = "vLLM" if args.vllm_url else f"synthetic, {args.gap_ms:g} ms token gap"
         print(

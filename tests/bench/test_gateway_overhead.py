@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gateway_overhead import Round, Summary, nginx_conf
+from bench.gateway_overhead import Round, Summary, _wait_ready, free_port, nginx_conf
 from bench.overhead_stats import Ratios
 
 CPU_RUN = ("--rounds", "20", "--concurrency", "8")
@@ -40,6 +40,12 @@ def test_failures_are_reported_by_reason_most_frequent_first() -> None:
     summary = Summary.of([first, second, saved_without_reasons])
     assert summary.failures == 6
     assert summary.why() == "2 ServerDisconnectedError, 2 ?, 1 status 503, 1 no [DONE]"
+
+
+def test_a_path_that_never_gets_ready_is_named_not_a_traceback() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(SystemExit, match=r"did not answer 200 on /health or /healthz within"):
+        _wait_ready(url, "/health", "/healthz", timeout_s=0.3)
 
 
 def test_runs_against_the_synthetic_upstream() -> None:
