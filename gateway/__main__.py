@@ -76,6 +76,10 @@ def main() -> int:
         proxy_headers=settings.access_log == "on",
         lifespan="on",
         ws="none",
+        # Longer than clients keep idle connections (httpx 5 s, aiohttp 15 s), as nginx
+        # (75 s): the client closes an idle connection, not the gateway while a request
+        # is on its way on it (uvicorn's 5 s equals httpx's: a reset now and then).
+        timeout_keep_alive=settings.keepalive_seconds,
     )
     GracefulServer(config).run()
     return 0

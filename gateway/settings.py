@@ -81,6 +81,9 @@ class GatewaySettings(BaseSettings):
     retry_after_seconds: int = Field(1, ge=0, description="Retry-After sent with 429 and 503")
     connect_timeout_seconds: float = Field(5.0, gt=0, description="connecting to vLLM")
     read_timeout_seconds: float = Field(600.0, gt=0, description="longest silence from vLLM")
+    keepalive_seconds: int = Field(
+        75, ge=1, description="how long an idle client connection stays open (seconds)"
+    )
     salt_secret: SecretStr | None = Field(None, description="server secret for cache salts")
     state_dir: Path = Field(
         default_factory=_default_state_dir, description="where a generated salt secret is kept"

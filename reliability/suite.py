@@ -115,7 +115,10 @@ async def run_cases(stack: Stack, short: bool) -> list[CaseResult]:
     start = await _start(stack)
     results.append(start)
     if start.verdict == PASS:
-        async with httpx.AsyncClient(timeout=60) as client:
+        # Idle connections expire on the client first (vLLM's server keeps them 5 s,
+        # httpx's default expiry is also 5 s: a request could meet the server's close).
+        limits = httpx.Limits(keepalive_expiry=2.0)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
             ctx = Ctx(stack, short, client, random.Random(SEED))
             for group, name, case in CASES:
                 results.append(await _guarded(group, name, case, ctx))

@@ -23,6 +23,7 @@ def test_defaults_and_upstream_list(make_settings: MakeSettings) -> None:
     assert settings.upstream_url == ["http://a:8000", "http://b:8000"]
     assert settings.upstream == "http://a:8000"
     assert (settings.port, settings.auth, settings.layout) == (8080, "on", "on")
+    assert settings.keepalive_seconds == 75  # past httpx's 5 s and aiohttp's 15 s
 
 
 def test_reads_environment(monkeypatch: pytest.MonkeyPatch, make_settings: MakeSettings) -> None:
@@ -46,6 +47,7 @@ def test_reads_environment(monkeypatch: pytest.MonkeyPatch, make_settings: MakeS
         ({"GATEWAY_LAYOUT_RULES": "{bad"}, "GATEWAY_LAYOUT_RULES='{bad': not JSON"),
         ({"GATEWAY_LAYOUT_RULES": '{"x": "("}'}, "bad regex"),
         ({"GATEWAY_CONTROL_URL": "nope"}, "GATEWAY_CONTROL_URL='nope'"),
+        ({"GATEWAY_KEEPALIVE_SECONDS": "0"}, "GATEWAY_KEEPALIVE_SECONDS='0'"),
     ],
 )
 def test_errors_name_the_variable(
@@ -136,3 +138,58 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _idle_seconds_until_closed(
+    keepalive: str | None, tmp_path: Path, wait_s: float
+) -> float | None:
+    """Start `python -m gateway` (with GATEWAY_KEEPALIVE_SECONDS unless None), make one
+    request on a raw keep-alive connection, and return how long the idle connection
+    stayed open (None: still open after `wait_s`)."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(
+        GATEWAY_UPSTREAM_URL="http://127.0.0.1:9",
+        GATEWAY_AUTH="off",
+        GATEWAY_HOST="127.0.0.1",
+        GATEWAY_PORT=str(port),
+        GATEWAY_STATE_DIR=str(tmp_path),
+    )
+    if keepalive is not None:
+        env["GATEWAY_KEEPALIVE_SECONDS"] = keepalive
+    child = subprocess.Popen([sys.executable, "-m", "gateway"], env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=1)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the gateway did not come up"
+                time.sleep(0.1)
+        with conn:
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
+            answer = b""
+            while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+                answer += conn.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 200")
+            idle_from = time.monotonic()
+            conn.settimeout(wait_s)
+            try:
+                rest = conn.recv(1)
+            except TimeoutError:
+                return None
+            assert rest == b"", rest  # the server closed it: end of stream
+            return time.monotonic() - idle_from
+    finally:
+        child.terminate()
+        child.communicate(timeout=30)
+
+
+def test_idle_client_connections_close_after_the_keepalive_setting(tmp_path: Path) -> None:
+    closed_after = _idle_seconds_until_closed("1", tmp_path, wait_s=4.0)
+    assert closed_after is not None and 0.5 < closed_after < 3.0  # uvicorn's own: 5 s
+
+
+def test_by_default_an_idle_connection_outlives_httpx_expiry(tmp_path: Path) -> None:
+    assert _idle_seconds_until_closed(None, tmp_path, wait_s=6.0) is None
