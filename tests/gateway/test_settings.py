@@ -171,7 +171,9 @@ def _idle_seconds_until_closed(
             conn.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
             answer = b""
             while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
-                answer += conn.recv(4096)
+                chunk = conn.recv(4096)
+                assert chunk, f"closed before the answer ended: {answer!r}"
+                answer += chunk
             assert answer.startswith(b"HTTP/1.1 200")
             idle_from = time.monotonic()
             conn.settimeout(wait_s)
