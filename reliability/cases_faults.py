@@ -298,6 +298,18 @@ async def kill_vllm(ctx: Ctx) -> CaseResult:
         "vllm-killed",
         figure,
         verdict(ok),
-        f"{len(refusals)} start(s) refused, first: {refusals[0]}" if refusals else "",
+        "; ".join(
+            ([f"{len(refusals)} start(s) refused, first: {refusals[0]}"] if refusals else [])
+            + [f"in-flight stream: {_ending(o)}" for o in outcomes if not _clear_error(o)]
+        ),
         data={"recovery_seconds": recovery, "exit_code": code, "starts": attempts},
+    )
+
+
+def _ending(outcome: StreamOutcome) -> str:
+    """How a stream that did not end in a clear error ended (for the detail line)."""
+    tally = outcome.tally
+    return (
+        f"status {outcome.status}, {tally.tokens} tokens, done {tally.done}, "
+        f"error event {tally.error is not None}, {outcome.failure() or 'complete'}"
     )
