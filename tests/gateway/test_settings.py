@@ -100,14 +100,7 @@ def test_module_exits_2_with_one_line(tmp_path: Path, env: dict[str, str], expec
 def test_module_stops_cleanly_with_exit_0_on_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
     """`docker stop` sends SIGTERM: a graceful stop is exit code 0, not 143."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
-    env.update(
-        GATEWAY_UPSTREAM_URL="http://127.0.0.1:9",
-        GATEWAY_AUTH="off",
-        GATEWAY_HOST="127.0.0.1",
-        GATEWAY_PORT=str(port),
-        GATEWAY_STATE_DIR=str(tmp_path),
-    )
+    env = _gateway_env(port, tmp_path)
     child = subprocess.Popen(
         [sys.executable, "-m", "gateway"],
         env=env,
@@ -134,6 +127,19 @@ def test_module_stops_cleanly_with_exit_0_on_a_signal(tmp_path: Path, sig: signa
     assert b"Traceback" not in stderr
 
 
+def _gateway_env(port: int, tmp_path: Path) -> dict[str, str]:
+    """The environment of a `python -m gateway` on `port` with no upstream and auth off."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(
+        GATEWAY_UPSTREAM_URL="http://127.0.0.1:9",
+        GATEWAY_AUTH="off",
+        GATEWAY_HOST="127.0.0.1",
+        GATEWAY_PORT=str(port),
+        GATEWAY_STATE_DIR=str(tmp_path),
+    )
+    return env
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -147,14 +153,7 @@ def _idle_seconds_until_closed(
     request on a raw keep-alive connection, and return how long the idle connection
     stayed open (None: still open after `wait_s`)."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
-    env.update(
-        GATEWAY_UPSTREAM_URL="http://127.0.0.1:9",
-        GATEWAY_AUTH="off",
-        GATEWAY_HOST="127.0.0.1",
-        GATEWAY_PORT=str(port),
-        GATEWAY_STATE_DIR=str(tmp_path),
-    )
+    env = _gateway_env(port, tmp_path)
     if keepalive is not None:
         env["GATEWAY_KEEPALIVE_SECONDS"] = keepalive
     child = subprocess.Popen([sys.executable, "-m", "gateway"], env=env, stderr=subprocess.PIPE)
