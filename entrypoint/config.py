@@ -227,6 +227,14 @@ SERVING_OPTIONS: tuple[Option, ...] = (
         "SECONDS",
     ),
     Option(
+        "vllm_nice",
+        parsers.nice,
+        0,
+        "Lower vLLM's CPU priority (its session's too) so that what shares its cores "
+        "(gateway, health checks) is not starved by its engine loop; 0 leaves it.",
+        "0-19",
+    ),
+    Option(
         "cache_dir",
         parsers.text,
         None,
@@ -270,6 +278,7 @@ class EntrypointConfig:
     startup_timeout: float
     unhealthy_exit_seconds: float
     stop_grace_seconds: float
+    vllm_nice: int
     cache_dir: str | None
     role: str
     nodes: int | None

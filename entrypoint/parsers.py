@@ -59,6 +59,14 @@ def non_negative_int(raw: str) -> int:
     return value
 
 
+def nice(raw: str) -> int:
+    """A nice value that lowers priority: 0 (unchanged) to 19 (lowest)."""
+    value = _plain_int(raw.strip(), "an integer 0-19")
+    if not 0 <= value <= 19:
+        raise ValueError("must be an integer 0-19 (0 leaves the priority as it is)")
+    return value
+
+
 def port(raw: str) -> int:
     value = _plain_int(raw.strip(), "an integer 1-65535")
     if not 1 <= value <= 65535:

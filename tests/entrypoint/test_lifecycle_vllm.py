@@ -12,13 +12,16 @@ import re
 import signal
 import time
 
+import psutil
 import pytest
 
+from entrypoint.priority import autogroup_enabled, autogroup_nice
 from tests.entrypoint.run import EntrypointRun
 from tests.vllm_proc import STARTUP_TIMEOUT_S
 
 pytestmark = pytest.mark.vllm
 EXIT_WITHIN_S = 5.0
+VLLM_NICE = 7
 
 
 @pytest.fixture
@@ -80,10 +83,18 @@ def test_ready_after_warmup_then_kill_9_of_vllm_exits_3(entrypoint_run, tiny_pla
 
 
 def test_sigterm_stops_vllm_and_exits_0_without_orphans(entrypoint_run):
-    run = entrypoint_run(SPARKSERVE_WARMUP="off")
+    """Also: SPARKSERVE_VLLM_NICE lowers every vLLM process's priority and its session's."""
+    run = entrypoint_run(SPARKSERVE_WARMUP="off", SPARKSERVE_VLLM_NICE=str(VLLM_NICE))
     wait_ready(run)
     assert "warm-up off" in run.log()
     assert run.note_descendants(), "vLLM should be running"
+    vllm = psutil.Process(run.vllm_pid())
+    expected = max(VLLM_NICE, os.getpriority(os.PRIO_PROCESS, run.proc.pid))
+    assert {p.nice() for p in [vllm, *vllm.children(recursive=True)]} == {expected}
+    assert f"vLLM runs at nice {VLLM_NICE}" in run.log()
+    if autogroup_enabled():
+        assert autogroup_nice(vllm.pid) == VLLM_NICE
+        assert autogroup_nice(run.proc.pid) != VLLM_NICE  # the entrypoint's own session
     run.proc.send_signal(signal.SIGTERM)
     code = run.proc.wait(timeout=60)
     assert code == 0, run.log()[-3000:]
