@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from entrypoint.config import ConfigError, load_config
+from entrypoint.config import load_config
+from entrypoint.errors import ConfigError
 from entrypoint.priority import autogroup_enabled, autogroup_nice, lower_priority
 
 # The child starts a grandchild only after it is told to, as vLLM starts its engine
@@ -44,7 +45,9 @@ def _start_grandchild(proc: subprocess.Popen[str]) -> int:
     return int(proc.stdout.readline())
 
 
-def test_the_leader_its_later_children_and_its_session_get_the_nice_value(session_leader):
+def test_the_leader_its_later_children_and_its_session_get_the_nice_value(
+    session_leader: subprocess.Popen[str],
+) -> None:
     ours = os.getpriority(os.PRIO_PROCESS, 0)
     nice = max(ours, 5)
     assert lower_priority(session_leader.pid, nice) == []
@@ -58,7 +61,7 @@ def test_the_leader_its_later_children_and_its_session_get_the_nice_value(sessio
         assert autogroup_nice(os.getpid()) != nice or ours == nice
 
 
-def test_zero_changes_nothing(session_leader):
+def test_zero_changes_nothing(session_leader: subprocess.Popen[str]) -> None:
     before = os.getpriority(os.PRIO_PROCESS, session_leader.pid)
     group_before = autogroup_nice(session_leader.pid)
     assert lower_priority(session_leader.pid, 0) == []
@@ -66,13 +69,13 @@ def test_zero_changes_nothing(session_leader):
     assert autogroup_nice(session_leader.pid) == group_before
 
 
-def test_a_process_already_nicer_is_not_raised(session_leader):
+def test_a_process_already_nicer_is_not_raised(session_leader: subprocess.Popen[str]) -> None:
     os.setpriority(os.PRIO_PROCESS, session_leader.pid, 15)
     assert lower_priority(session_leader.pid, 3) == []
     assert os.getpriority(os.PRIO_PROCESS, session_leader.pid) == 15
 
 
-def test_a_gone_process_is_a_sentence_not_a_traceback():
+def test_a_gone_process_is_a_sentence_not_a_traceback() -> None:
     proc = subprocess.Popen(["true"])
     proc.wait()
     problems = lower_priority(proc.pid, 4)
@@ -80,19 +83,19 @@ def test_a_gone_process_is_a_sentence_not_a_traceback():
 
 
 @pytest.mark.parametrize("nice", [-1, 20])
-def test_out_of_range_is_refused(nice):
+def test_out_of_range_is_refused(nice: int) -> None:
     with pytest.raises(ValueError, match="0-19"):
         lower_priority(os.getpid(), nice)
 
 
 @pytest.mark.parametrize("raw", ["20", "-3", "ten", "1.5"])
-def test_the_setting_names_itself_and_what_is_allowed(raw):
+def test_the_setting_names_itself_and_what_is_allowed(raw: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config({"SPARKSERVE_MODEL": "/m", "SPARKSERVE_VLLM_NICE": raw})
     message = str(caught.value)
     assert "SPARKSERVE_VLLM_NICE" in message and "0-19" in message and raw in message
 
 
-def test_the_setting_defaults_to_leaving_vllm_alone():
+def test_the_setting_defaults_to_leaving_vllm_alone() -> None:
     assert load_config({"SPARKSERVE_MODEL": "/m"}).vllm_nice == 0
     assert load_config({"SPARKSERVE_MODEL": "/m", "SPARKSERVE_VLLM_NICE": "10"}).vllm_nice == 10
