@@ -81,6 +81,9 @@ def entrypoint_env(model_dir: Path, ports: Ports, warmup: bool) -> dict[str, str
         "SPARKSERVE_WARMUP": "on" if warmup else "off",
         # Below procs.STOP_GRACE_SECONDS, so vLLM stops before the group is killed.
         "SPARKSERVE_STOP_GRACE_SECONDS": "10",
+        # vLLM's engine loop keeps a core busy; below the suite's client and the gateway
+        # they are not starved by it on 2 cores (entrypoint/priority.py).
+        "SPARKSERVE_VLLM_NICE": "10",
         # Random weights (the tiny model has none); eager: no compile step on CPU.
         "SPARKSERVE_VLLM_EXTRA_ARGS": "--load-format dummy --enforce-eager",
         "HF_HUB_OFFLINE": "1",

@@ -19,10 +19,16 @@ from pathlib import Path
 
 import httpx
 
+from entrypoint.priority import lower_priority
+
 STARTUP_TIMEOUT_S = float(os.environ.get("SPARKSERVE_TEST_VLLM_TIMEOUT", "600"))
 KV_LINE_RE = re.compile(r"KV cache size: ([\d,]+) tokens")
 # One vLLM start at a time on this machine: several at once on 2 cores time out.
 LOCK_PATH = Path("/tmp/sparkserve-vllm-test.lock")
+# vLLM's engine loop keeps a core busy; at nice 0 it starved the tests' own clients for
+# seconds (a stream read straight from vLLM arrived all at once at its end).  Below the
+# clients, vLLM still gets every cycle they leave (entrypoint/priority.py).
+VLLM_NICE = 10
 
 
 def free_port() -> int:
@@ -78,6 +84,8 @@ class VLLMServer:
             env=vllm_env(),
             start_new_session=True,
         )
+        for problem in lower_priority(self.proc.pid, VLLM_NICE):
+            print(f"warning: {problem}", file=sys.stderr)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
