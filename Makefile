@@ -115,6 +115,12 @@ test-ray: $(VENV)/.test-stamp ## The Ray role tests: a real head and worker on l
 bench-warmup: $(VENV)/.test-stamp ## First-request TTFT right after ready vs steady state, warm-up on and off (tiny model, CPU)
 	flock /tmp/sparkserve-vllm-test.lock $(PY) -m tools.bench_warmup $(BENCH_WARMUP_ARGS)
 
+.PHONY: bench-cpu-priority
+BENCH_CPU_PRIORITY_ARGS ?=
+
+bench-cpu-priority: $(VENV)/.test-stamp ## vLLM at nice 0 vs 10: run-queue wait of a client and the gateway, TTFT, silences (tiny model, CPU)
+	flock /tmp/sparkserve-vllm-test.lock $(PY) -m bench.cpu_priority $(BENCH_CPU_PRIORITY_ARGS)
+
 # --- gateway overhead (issue 6; docs/gateway.md "Overhead") ------------------------------
 .PHONY: bench-gateway
 BENCH_GATEWAY_ARGS ?=

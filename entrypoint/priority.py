@@ -63,13 +63,13 @@ def lower_priority(pid: int, nice: int) -> list[str]:
     except OSError as exc:
         problems.append(f"could not set nice {nice} on pid {pid}: {exc.strerror}")
     if autogroup_enabled() and (autogroup_nice(pid) or 0) < nice:
-        problem = _set_autogroup_nice(pid, nice)
+        problem = set_autogroup_nice(pid, nice)
         if problem:
             problems.append(problem)
     return problems
 
 
-def _set_autogroup_nice(pid: int, nice: int) -> str | None:
+def set_autogroup_nice(pid: int, nice: int) -> str | None:
     path = Path(f"/proc/{pid}/autogroup")
     for _ in range(AUTOGROUP_TRIES):
         try:

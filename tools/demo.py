@@ -76,6 +76,8 @@ def entrypoint_env(model_dir: Path, ports: Ports) -> dict[str, str]:
         "SPARKSERVE_KV_CACHE_MEMORY_BYTES": "256M",
         # Random weights (the tiny model has none); eager: no compile step on CPU.
         "SPARKSERVE_VLLM_EXTRA_ARGS": "--load-format dummy --enforce-eager",
+        # The demo's gateway, Prometheus and client share the CPUs with vLLM's engine loop.
+        "SPARKSERVE_VLLM_NICE": "10",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
