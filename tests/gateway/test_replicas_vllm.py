@@ -33,13 +33,14 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from entrypoint.priority import lower_priority
 from gateway.app import create_app
 from gateway.routing import affinity_key, rendezvous_rank
 from gateway.settings import GatewaySettings
 from gateway.tenancy import SaltMaker
 from tests.gateway.conftest import ALICE_KEY, TEST_KEYS
 from tests.gateway.server import serve
-from tests.vllm_proc import free_port, vllm_command, vllm_env
+from tests.vllm_proc import VLLM_NICE, free_port, vllm_command, vllm_env
 
 pytestmark = pytest.mark.vllm
 
@@ -88,6 +89,8 @@ class Replica:
                 env=vllm_env(),
                 start_new_session=True,
             )
+        for problem in lower_priority(self.proc.pid, VLLM_NICE):
+            print(f"warning: {problem}")
 
     def wait_healthy(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
