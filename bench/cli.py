@@ -14,6 +14,7 @@ from bench.conditions import parse_overrides, split_args
 from bench.errors import BenchError
 from bench.rundir import RunDir
 from bench.scale import SCALES, get_scale
+from tools.sigterm import run_interruptible
 
 EXIT_OK = 0
 EXIT_REQUEST_ERRORS = 1
@@ -124,6 +125,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    return run_interruptible("bench", lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)

@@ -44,6 +44,7 @@ import psutil
 
 from bench.stats import percentile
 from entrypoint.priority import autogroup_enabled, autogroup_nice, set_autogroup_nice
+from tools.sigterm import run_interruptible
 from tools.tiny_model import write_tiny_model
 
 MODEL = "tiny"
@@ -278,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds and --streams must be ≥ 1, --tokens 2-4000")
     if not Path("/proc/self/schedstat").exists():
         raise SystemExit("needs Linux with /proc/<pid>/schedstat (schedstats)")
+    return run_interruptible("cpu_priority", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="cpu-priority-") as tmp:
         work = Path(tmp)
         model = write_tiny_model(work / "model", "dense")

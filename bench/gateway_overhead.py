@@ -53,6 +53,7 @@ import aiohttp
 import httpx
 
 from bench.overhead_stats import Estimate, Ratios, pct
+from tools.sigterm import run_interruptible
 
 CONCURRENCY = (1, 8, 32)
 CPU_COST_EVENTS = (2, 64)
@@ -639,6 +640,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    return run_interruptible("gateway_overhead", lambda: _main(args))
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.pool:
         report(load_rounds(args.pool))
         return 0

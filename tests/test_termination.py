@@ -110,3 +110,40 @@ def test_the_reliability_cli_says_it_was_interrupted(
         err = capsys.readouterr().err
         assert f"interrupted ({said}); the stack it started is stopped" in err
         assert "Traceback" not in err
+
+
+def test_sigterm_to_the_gateway_overhead_bench_stops_its_children() -> None:
+    """The overhead bench (synthetic upstream, a gateway) ends like Ctrl-C under SIGTERM:
+    exit 130, one line saying so, no traceback, and its children are gone."""
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "bench.gateway_overhead", "--rounds", "200"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        children: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(children) < 2 and time.monotonic() < deadline:
+            children = [
+                int(pid)
+                for pid in subprocess.run(
+                    ["pgrep", "-P", str(bench.pid)], capture_output=True, text=True
+                ).stdout.split()
+            ]
+            time.sleep(0.2)
+        assert len(children) >= 2, "the bench did not start its upstream and gateway"
+        time.sleep(1.0)
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=60)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 130, err
+    assert "gateway_overhead: interrupted (stopped by SIGTERM)" in err
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in children)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import httpx
 
+from tools.sigterm import run_interruptible
 from tools.tiny_model import write_tiny_model
 
 READY_TIMEOUT_S = 900.0
@@ -207,6 +208,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    return run_interruptible("bench_warmup", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     args.log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-warmup-") as tmp:
         model_dir = args.model_dir or write_tiny_model(Path(tmp) / "dense", "dense")

@@ -11,7 +11,9 @@ default way.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 
@@ -26,3 +28,20 @@ def interrupt_on_sigterm() -> bool:
         return False
     signal.signal(signal.SIGTERM, _interrupt)
     return True
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+
+
+def run_interruptible(name: str, body: Callable[[], int]) -> int:
+    """`body()`, with SIGTERM turned into KeyboardInterrupt; either one ends it with a
+    line on stderr and exit 130 after `body`'s clean-up ran, instead of a traceback."""
+    interrupt_on_sigterm()
+    try:
+        return body()
+    except KeyboardInterrupt as stop:
+        print(
+            f"{name}: interrupted ({str(stop) or 'Ctrl-C'}); what it started is stopped",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
