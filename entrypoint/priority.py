@@ -2,9 +2,10 @@
 
 vLLM's engine core keeps a CPU core busy while it drives the model.  On a machine with
 few cores, whatever shares that core with it (the gateway, health checks, a benchmark's
-client) can then wait on the run queue for seconds: measured on a 2-core VM, a client
-reading one stream straight from vLLM sat runnable for 5.75 s of a 5.8 s stream and got
-every token at the end (docs/entrypoint.md, "vLLM's CPU priority").
+client) can then wait on the run queue for seconds: measured on a 2-core VM
+(`make bench-cpu-priority`), a client reading streams straight from vLLM spent 69 % of
+the time runnable but without a CPU, and got most of each stream in one burst at its end
+(docs/entrypoint.md, "vLLM's CPU priority").
 
 A process's nice value only orders it against processes of its own scheduling group.
 With `kernel.sched_autogroup_enabled=1` (the default on many distributions) every session
