@@ -361,7 +361,9 @@ def test_client_disconnect_aborts_the_vllm_request(gateway: Gateway) -> None:
     machine vLLM's API server process can be starved for seconds (seen in CI: 11.9 s,
     its /health timing out too), and meanwhile its engine decodes the request to its end
     before the abort arrives; one such stall must not decide the figure.  A disconnect
-    that came after vLLM had finished the request tests nothing and is tried again."""
+    that came after vLLM had finished the request tests nothing and is tried again (a
+    starved client read its fifth line that late; the shared vLLM now runs at nice 10,
+    tests/vllm_proc.py, which ended that starvation in the runs seen here)."""
     runs: list[Disconnect] = []
     tries = 0
     while len(runs) < DISCONNECT_ATTEMPTS and tries < DISCONNECT_TRIES:
