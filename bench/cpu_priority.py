@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import glob
 import itertools
 import os
 import socket
@@ -42,6 +41,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bench.schedwait import run_queue_wait
 from bench.stats import percentile
 from entrypoint.priority import autogroup_enabled, autogroup_nice, set_autogroup_nice
 from tools.sigterm import run_interruptible
@@ -76,15 +76,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def run_queue_wait(pid: int) -> float:
-    """Seconds all of `pid`'s threads have spent runnable but not running."""
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        with contextlib.suppress(OSError, ValueError):
-            total += int(Path(path).read_text().split()[1])
-    return total / 1e9
 
 
 @dataclass

@@ -53,6 +53,7 @@ import aiohttp
 import httpx
 
 from bench.overhead_stats import Estimate, Ratios, pct
+from bench.schedwait import WaitMeter, describe
 from tools.sigterm import run_interruptible
 
 CONCURRENCY = (1, 8, 32)
@@ -671,6 +672,7 @@ def _main(args: argparse.Namespace) -> int:
         _wait_ready(upstream, "/health")
         urls = {DIRECT: upstream}
         gateways: dict[str, subprocess.Popen[bytes]] = {}
+        proxies: dict[str, int] = {}  # other proxies this bench started, by name
         for client in [c for c in args.clients.split(",") if c] or [None]:
             child, url = _start_gateway(upstream, client)
             children.append(child)
@@ -687,6 +689,7 @@ def _main(args: argparse.Namespace) -> int:
             child, url = _start_nginx(upstream, scratch)
             children.append(child)
             also.append(("nginx", url))
+            proxies["nginx"] = child.pid
         for name, url in also:  # a proxy of vLLM (/health) or another sparkserve gateway
             _wait_ready(url, "/health", "/healthz")
             urls[name] = url
@@ -697,12 +700,20 @@ def _main(args: argparse.Namespace) -> int:
             f"load average {os.getloadavg()[0]:.2f}"
         )
         body = _body(args.model if args.vllm_url else "tiny", args.events)
+        meter = WaitMeter(
+            {"client": os.getpid()}
+            | {name: child.pid for name, child in gateways.items()}
+            | proxies
+        )
         table, ratios = asyncio.run(_measure(urls, levels, args.rounds, body, args.events))
+        waits = meter.shares()
+        print(describe(waits))
         if ratios:
             top = max(ratios)
             _print_targets(top, ratios[top])
         if args.save:
             meta = {"upstream": kind, "events": args.events, "rounds": args.rounds}
+            meta |= {"cpu_wait_shares": {name: round(v, 4) for name, v in waits.items()}}
             save_rounds(args.save, table, meta | {"cpus": os.cpu_count()})
             print(f"rounds saved to {args.save} (report several runs as one: --pool)")
         if args.py_spy:

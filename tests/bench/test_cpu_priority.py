@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from bench.cpu_priority import Cell, Stream, main, run_queue_wait, table
+from bench.cpu_priority import Cell, Stream, main, table
+from bench.schedwait import run_queue_wait
 
 
 @pytest.mark.parametrize(
