@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bench.launcher import free_port
 from bench.schedwait import run_queue_wait
 from bench.stats import percentile
 from entrypoint.priority import autogroup_enabled, autogroup_nice, set_autogroup_nice
@@ -70,12 +70,6 @@ QUIET_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
