@@ -156,6 +156,7 @@ def create_app(
         metrics,
         routing=settings.routing,
         max_in_flight=settings.replica_max_in_flight,
+        timeout_misses=settings.health_timeout_misses,
     )
     upstream = make_upstream(settings, make_upstream_client(settings, transport), replicas)
     admission = _admission(settings)

@@ -3,7 +3,12 @@
 `ReplicaSet.candidates(key)` asks the pure router (`gateway.routing`) for the
 order in which to try the replicas.  A replica is marked unhealthy when a
 connection to it fails (the request then goes to the next candidate, since
-nothing reached vLLM) or when its `/health` does not answer 200; the
+nothing reached vLLM), when its `/health` refuses the connection or answers
+anything but 200, or when `/health` has timed out `timeout_misses` checks in a
+row.  A single slow answer is not proof of anything: on a machine where vLLM
+and the gateway share a few cores, `/health` can miss a 0.5 s timeout while
+vLLM serves normally, and marking it unhealthy would move its affinity
+sessions (and their prefix cache) to another replica for nothing.  The
 background check (`watch_forever`) and `/readyz` mark it healthy again, and
 the router uses it again from then on.  Metric labels are replica names (an
 index unless `GATEWAY_UPSTREAM_NAMES` names them), never URLs.
@@ -30,6 +35,7 @@ class Replica:
         self.base_url = base_url
         self.healthy = True  # until a check or a connection says otherwise
         self.in_flight = 0
+        self.timeouts = 0  # /health checks in a row that timed out
 
 
 class ReplicaSet:
@@ -41,11 +47,15 @@ class ReplicaSet:
         *,
         routing: Routing,
         max_in_flight: int,
+        timeout_misses: int = 2,
     ) -> None:
+        if timeout_misses < 1:
+            raise ValueError(f"timeout_misses must be at least 1, got {timeout_misses}")
         self.replicas = [Replica(name, url) for name, url in zip(names, urls, strict=True)]
         self._metrics = metrics
         self._routing: Routing = routing
         self._max_in_flight = max_in_flight
+        self._timeout_misses = timeout_misses
         self._turn = 0
         for replica in self.replicas:
             metrics.upstream_healthy.labels(replica.name).set(1)
@@ -71,19 +81,34 @@ class ReplicaSet:
         self._metrics.upstream_requests.labels(replica.name, outcome).inc()
 
     def mark(self, replica: Replica, healthy: bool) -> None:
+        replica.timeouts = 0
         if healthy != replica.healthy:
             log.warning("replica %s is %s", replica.name, "back" if healthy else "unhealthy")
         replica.healthy = healthy
         self._metrics.upstream_healthy.labels(replica.name).set(1 if healthy else 0)
 
     async def check(self, client: httpx.AsyncClient, replica: Replica, timeout_s: float) -> bool:
+        """One `/health` check; returns whether the replica counts as healthy now."""
         try:
             answer = await client.get(replica.base_url + "/health", timeout=timeout_s)
-            healthy = answer.status_code == 200
+        except httpx.TimeoutException:
+            replica.timeouts += 1
+            if replica.timeouts < self._timeout_misses:
+                log.info(
+                    "replica %s: /health timed out after %.1f s (%d of %d in a row)",
+                    replica.name,
+                    timeout_s,
+                    replica.timeouts,
+                    self._timeout_misses,
+                )
+                return replica.healthy
+            self.mark(replica, False)
+            return False
         except httpx.HTTPError:
-            healthy = False
-        self.mark(replica, healthy)
-        return healthy
+            self.mark(replica, False)
+            return False
+        self.mark(replica, answer.status_code == 200)
+        return replica.healthy
 
     async def check_all(
         self, client: httpx.AsyncClient, timeout_s: float = HEALTH_TIMEOUT_SECONDS

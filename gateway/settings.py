@@ -65,6 +65,12 @@ class GatewaySettings(BaseSettings):
     health_interval_seconds: float = Field(
         2.0, gt=0, description="period of the replicas' /health checks"
     )
+    health_timeout_misses: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description="/health checks in a row that time out before a replica is marked unhealthy",
+    )
     host: str = Field("0.0.0.0", description="address to listen on")
     port: int = Field(8080, ge=1, le=65535, description="port to listen on")
     api_keys: SecretStr = Field(SecretStr(""), description="comma list of `key` or `tenant:key`")
