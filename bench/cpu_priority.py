@@ -45,25 +45,11 @@ from bench.schedwait import run_queue_wait
 from bench.stats import percentile
 from entrypoint.priority import autogroup_enabled, autogroup_nice, set_autogroup_nice
 from tools.sigterm import run_interruptible
-from tools.tiny_model import write_tiny_model
+from tools.tiny_model import TINY_SERVE_ARGS, write_tiny_model
 
-MODEL = "tiny"
+MODEL = TINY_SERVE_ARGS[TINY_SERVE_ARGS.index("--served-model-name") + 1]
 START_TIMEOUT_SECONDS = 600.0
-VLLM_ARGS = (
-    "--served-model-name",
-    MODEL,
-    "--load-format",
-    "dummy",
-    "--max-model-len",
-    "4096",
-    "--max-num-seqs",
-    "8",
-    "--max-num-batched-tokens",
-    "512",
-    "--kv-cache-memory-bytes",
-    "256M",
-    "--enforce-eager",
-)
+VLLM_ARGS = ("--load-format", "dummy", *TINY_SERVE_ARGS)
 QUIET_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",

@@ -9,24 +9,11 @@ import pytest
 
 from tests.termination import pytest_configure  # noqa: F401  (SIGTERM tears down)
 from tests.vllm_proc import VLLMServer
-from tools.tiny_model import write_tiny_model
+from tools.tiny_model import TINY_SERVE_ARGS, write_tiny_model
 
 # The flags the shared server runs with: prefix caching (vLLM's default) and the
 # usage details the gateway reads (`prompt_tokens_details.cached_tokens`).
-SHARED_SERVER_ARGS = (
-    "--served-model-name",
-    "tiny",
-    "--max-model-len",
-    "4096",
-    "--max-num-seqs",
-    "8",
-    "--max-num-batched-tokens",
-    "512",
-    "--kv-cache-memory-bytes",
-    "256M",
-    "--enable-prompt-tokens-details",
-    "--enforce-eager",
-)
+SHARED_SERVER_ARGS = (*TINY_SERVE_ARGS, "--enable-prompt-tokens-details")
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.launcher import free_port
 from tools.sigterm import run_interruptible
 from tools.tiny_model import write_tiny_model
 
@@ -115,12 +115,6 @@ def ttft_seconds(client: httpx.Client, text: str, max_tokens: int) -> float:
     if first is None:
         raise RuntimeError("the streamed answer had no events")
     return first
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Entrypoint:

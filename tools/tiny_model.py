@@ -181,6 +181,22 @@ def config_for(kind: str, max_position: int = 4096) -> dict[str, Any]:
 
 KINDS = ("dense", "gqa", "moe", "hybrid", "hybrid-mtp")
 
+# How the tests' shared vLLM and the CPU benchmarks serve the tiny model: small batches
+# and a 256 MB KV pool that start quickly on a 2-core machine, eager (no compile).
+TINY_SERVE_ARGS = (
+    "--served-model-name",
+    "tiny",
+    "--max-model-len",
+    "4096",
+    "--max-num-seqs",
+    "8",
+    "--max-num-batched-tokens",
+    "512",
+    "--kv-cache-memory-bytes",
+    "256M",
+    "--enforce-eager",
+)
+
 
 def write_tiny_model(out_dir: Path, kind: str = "dense", max_position: int = 4096) -> Path:
     """Write config.json and the tokenizer files into out_dir; return out_dir."""
