@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 AUTOGROUP_SWITCH = Path("/proc/sys/kernel/sched_autogroup_enabled")
@@ -68,6 +69,17 @@ def lower_priority(pid: int, nice: int) -> list[str]:
         if problem:
             problems.append(problem)
     return problems
+
+
+def lower_and_say(pid: int, nice: int, what: str, say: Callable[[str], None]) -> None:
+    """`lower_priority` for a process just started (`what`: "vLLM", "Ray"), saying
+    what was done or, as warnings, what could not be."""
+    problems = lower_priority(pid, nice)
+    for problem in problems:
+        say(f"warning: {problem}")
+    if not problems and nice:
+        session = " (its session too: autogroup scheduling)" if autogroup_enabled() else ""
+        say(f"{what} runs at nice {nice}{session}")
 
 
 def set_autogroup_nice(pid: int, nice: int) -> str | None:

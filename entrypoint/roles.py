@@ -18,6 +18,7 @@ from entrypoint.console import Console
 from entrypoint.errors import PreflightError, RayError
 from entrypoint.logscan import LogWatcher
 from entrypoint.planning import Launch
+from entrypoint.priority import lower_and_say
 from entrypoint.ray_cluster import (
     LOCAL_HEAD,
     Expected,
@@ -76,6 +77,8 @@ def start_ray(config: EntrypointConfig, console: Console, environ: dict[str, str
     except OSError as exc:
         raise RayError(f"could not start Ray ({launch.argv[0]}): {exc}") from None
     console.say(f"Ray pid {node.pid} (own process group)")
+    # Under Ray the model runs in the raylet's workers, which inherit this.
+    lower_and_say(node.pid, config.vllm_nice, "Ray", console.say)
     return node
 
 

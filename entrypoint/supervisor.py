@@ -25,7 +25,7 @@ from entrypoint.console import Console
 from entrypoint.errors import VLLMFailedError
 from entrypoint.logscan import LogWatcher
 from entrypoint.planning import Launch
-from entrypoint.priority import autogroup_enabled, lower_priority
+from entrypoint.priority import lower_and_say
 from entrypoint.signals import SignalFlag, StopRequested
 from entrypoint.state import FAILED, READY, STOPPING, WARMING_UP, Lifecycle
 from entrypoint.warmup import Shape, run_warmup
@@ -103,15 +103,7 @@ class Supervisor:
         except OSError as exc:
             raise VLLMFailedError(f"could not start vLLM ({ctx.launch.argv[0]}): {exc}") from None
         ctx.console.say(f"vLLM pid {child.pid} (own process group)")
-        if ctx.config.vllm_nice:
-            problems = lower_priority(child.pid, ctx.config.vllm_nice)
-            for problem in problems:
-                ctx.console.say(f"warning: {problem}")
-            if not problems:
-                ctx.console.say(
-                    f"vLLM runs at nice {ctx.config.vllm_nice}"
-                    + (" (its session too: autogroup scheduling)" if autogroup_enabled() else "")
-                )
+        lower_and_say(child.pid, ctx.config.vllm_nice, "vLLM", ctx.console.say)
         try:
             self._start(child)
             self._watch(child)

@@ -26,6 +26,7 @@ from tests.vllm_proc import free_port
 pytestmark = pytest.mark.ray
 HEAD_GONE_SECONDS = "5"  # how long a raylet retries a lost GCS (Ray's default: 60 s)
 WAIT_S = 60.0
+WORKER_NICE = 7
 
 
 @pytest.fixture
@@ -89,6 +90,7 @@ def start_worker(ray_port: int, ray_dir: str, log) -> subprocess.Popen:
         SPARKSERVE_RAY_PORT=str(ray_port),
         SPARKSERVE_RAY_EXTRA_ARGS=node_args(ray_dir),
         SPARKSERVE_STOP_GRACE_SECONDS="5",
+        SPARKSERVE_VLLM_NICE=str(WORKER_NICE),
         RAY_gcs_rpc_server_reconnect_timeout_s=HEAD_GONE_SECONDS,
     )
     return subprocess.Popen(
@@ -142,9 +144,24 @@ def test_head_waits_for_the_worker_and_the_worker_exits_when_the_head_stops(
     out = console.out.getvalue
     wait_until(lambda: "missing 1 of 2 node(s)" in out(), "head alone in its cluster", out)
     head_group = int(out().split("Ray pid ")[1].split()[0])
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    head_nices = {os.getpriority(os.PRIO_PROCESS, pid) for pid in group_alive(head_group)}
     worker_log = (tmp_path / "worker.log").open("w")
     worker = start_worker(ray_port, ray_dir, worker_log)
     try:
+        # The worker's Ray, and the raylet and workers it starts, at the worker's nice
+        # value; the worker's entrypoint and the head's Ray (no setting) at the test's.
+        def worker_output() -> str:
+            return (tmp_path / "worker.log").read_text()
+
+        wait_until(lambda: "Ray pid " in worker_output(), "worker's Ray", worker_output)
+        worker_ray = int(worker_output().split("Ray pid ")[1].split()[0])
+        wait_until(lambda: len(group_alive(worker_ray)) > 1, "worker's raylet", worker_output)
+        nices = {os.getpriority(os.PRIO_PROCESS, pid) for pid in group_alive(worker_ray)}
+        assert nices == {WORKER_NICE}, worker_output()
+        assert f"Ray runs at nice {WORKER_NICE}" in worker_output()
+        assert os.getpriority(os.PRIO_PROCESS, worker.pid) == ours
+        assert head_nices == {ours}
         head_thread.join(WAIT_S)
         assert not head_thread.is_alive(), out()
         assert seen["exit"] == 0
