@@ -10,6 +10,9 @@
                                                            # also race another proxy of that vLLM
     python -m bench.gateway_overhead --vllm-url URL --save run1.json   # keep every round
     python -m bench.gateway_overhead --pool run1.json run2.json        # report runs as one
+    python -m bench.gateway_overhead --vllm-url URL --spin 100,300
+                       # also race gateways spending 100 and 300 us more CPU per request:
+                       # what a us of per-request CPU costs in TTFT, and a gateway with none
 
 Starts the upstream (unless --vllm-url) and `python -m gateway` (auth off; one
 per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
@@ -38,8 +41,8 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,7 +55,8 @@ from typing import Any
 import aiohttp
 import httpx
 
-from bench.overhead_stats import Estimate, Ratios, pct
+from bench.launcher import free_port
+from bench.overhead_stats import TTFT_P50, Estimate, Ratios, bootstrap, fitted_ttft, pct
 from bench.schedwait import WaitMeter, describe
 from tools.sigterm import run_interruptible
 
@@ -60,12 +64,6 @@ CONCURRENCY = (1, 8, 32)
 CPU_COST_EVENTS = (2, 64)
 KEEPALIVE_S = 4.0
 DIRECT = "direct"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _install_uvloop() -> None:
@@ -298,6 +296,44 @@ def _print_targets(streams: int, ratios: dict[str, Ratios]) -> None:
             print(f"  {name:>12} {target!s:<17} {verdict:<10} pooled {pooled}{also}")
 
 
+SPIN_NAME = re.compile(r"gw\+(\d+)us")
+CALIBRATION_CPU_ROUNDS = 20
+
+
+def spin_name(microseconds: int) -> str:
+    return f"gw+{microseconds}us"
+
+
+def _print_calibration(streams: int, results: dict[str, list[Round]], own_us: float | None) -> None:
+    """With `--spin`: the line through the gateway and its spinning copies, pooled TTFT
+    p50 ratio against µs of CPU added per request before forwarding.  With the gateway's
+    own CPU per request (`own_us`) known, the line also bounds what cutting it could
+    give: removing all of it, if each µs were worth what a µs spun before forwarding
+    costs (the dearest place: CPU spent after the first token is relayed costs less)."""
+    points = [(0.0, results["gateway"])] if "gateway" in results else []
+    points += [
+        (float(m.group(1)), rounds)
+        for name, rounds in results.items()
+        if (m := SPIN_NAME.fullmatch(name))
+    ]
+    if len(points) < 2:
+        return
+    direct, n = results[DIRECT], len(results[DIRECT])
+    slope = bootstrap(n, fitted_ttft(points, direct))
+    names = ", ".join(n for n in results if n == "gateway" or SPIN_NAME.fullmatch(n))
+    print(
+        f"\ncalibration at {streams} streams ({names}): pooled TTFT p50 ratio per 100 us "
+        f"of gateway CPU per request {slope}"
+    )
+    if own_us is None:
+        return
+    none = bootstrap(n, fitted_ttft(points, direct, at_us=-own_us))
+    print(
+        f"  the gateway's own CPU per request (synthetic upstream): {own_us:.0f} us; at best, "
+        f"with none of it: {none}, {TTFT_P50} {TTFT_P50.verdict(none)}"
+    )
+
+
 async def _measure_level(
     sessions: dict[str, aiohttp.ClientSession],
     urls: dict[str, str],
@@ -353,8 +389,9 @@ def _print_level(streams: int, results: dict[str, list[Round]]) -> dict[str, Rat
     }
 
 
-def report(table: dict[int, dict[str, list[Round]]]) -> None:
-    """The whole table, then the targets at the highest concurrency."""
+def report(table: dict[int, dict[str, list[Round]]], own_us: float | None = None) -> None:
+    """The whole table, then the targets (and with `--spin` runs, the calibration) at
+    the highest concurrency."""
     rounds = {streams: len(results[DIRECT]) for streams, results in table.items()}
     print("rounds per path: " + ", ".join(f"{n} at {s} streams" for s, n in rounds.items()))
     _print_header()
@@ -362,6 +399,7 @@ def report(table: dict[int, dict[str, list[Round]]]) -> None:
     if ratios:
         top = max(ratios)
         _print_targets(top, ratios[top])
+        _print_calibration(top, table[top], own_us)
 
 
 # ---- saved runs: --save writes every round, --pool reports several runs as one ----
@@ -421,6 +459,18 @@ def load_rounds(paths: Sequence[str]) -> dict[int, dict[str, list[Round]]]:
     if not table:
         raise SystemExit("--pool: the runs share no concurrency level")
     return table
+
+
+def saved_cpu_per_request_us(paths: Sequence[str]) -> float | None:
+    """The mean of the gateway's CPU per request that `--spin` runs saved, None when
+    no run saved one (the files were read by `load_rounds` already)."""
+    values = []
+    for path in paths:
+        meta = json.loads(Path(path).read_text()).get("meta", {})
+        value = meta.get("gateway_cpu_per_request_us") if isinstance(meta, dict) else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            values.append(float(value))
+    return sum(values) / len(values) if values else None
 
 
 def _connector() -> aiohttp.TCPConnector:
@@ -521,7 +571,7 @@ def _wait_ready(url: str, *paths: str, timeout_s: float = 60) -> None:
 
 
 def _start_gateway(
-    upstream: str, client: str | None, source: str | None = None
+    upstream: str, client: str | None, source: str | None = None, spin_us: int | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {
@@ -537,7 +587,10 @@ def _start_gateway(
         env["GATEWAY_UPSTREAM_CLIENT"] = client
     if source:  # another checkout of the gateway, e.g. a worktree of an older commit
         env["PYTHONPATH"] = source
-    child = subprocess.Popen([sys.executable, "-m", "gateway"], env=env, cwd=source)
+    module = "gateway"
+    if spin_us is not None:  # the calibration copy (bench/spin_gateway.py)
+        module, env["BENCH_SPIN_US"] = "bench.spin_gateway", str(spin_us)
+    child = subprocess.Popen([sys.executable, "-m", module], env=env, cwd=source)
     return child, f"http://127.0.0.1:{port}"
 
 
@@ -599,6 +652,20 @@ def _also(specs: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def _spins(text: str) -> list[int]:
+    """`--spin 100,300`: distinct whole microseconds, 1-100000."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not 1 <= v <= 100_000 for v in values) or len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected distinct whole microseconds per request, 1-100000, "
+            "comma-separated (e.g. 100,300)"
+        )
+    return values
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--vllm-url", help="benchmark against this vLLM instead")
@@ -621,6 +688,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--nginx",
         action="store_true",
         help="also race nginx as a plain streaming reverse proxy (needs the nginx binary)",
+    )
+    parser.add_argument(
+        "--spin",
+        type=_spins,
+        default=[],
+        metavar="US[,US...]",
+        help="also race copies of the gateway spending this many us more CPU per request "
+        "(bench/spin_gateway.py) and fit what a us costs in TTFT",
     )
     parser.add_argument("--py-spy", metavar="SVG", help="then profile the first gateway")
     parser.add_argument("--profile-seconds", type=float, default=10.0)
@@ -646,7 +721,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     if args.pool:
-        report(load_rounds(args.pool))
+        report(load_rounds(args.pool), saved_cpu_per_request_us(args.pool))
         return 0
     _install_uvloop()
     levels = [int(n) for n in args.concurrency.split(",")]
@@ -657,6 +732,9 @@ def _main(args: argparse.Namespace) -> int:
         _print_cpu_cost(paths, levels[-1], args.rounds)
         return 0
     also = _also(args.also)
+    own_us = None
+    if args.spin:  # the gateway's own CPU per request, for the calibration's extrapolation
+        own_us = cpu_cost(None, levels[-1], CALIBRATION_CPU_ROUNDS)[0] * 1e6
     children: list[subprocess.Popen[bytes]] = []
     stack = contextlib.ExitStack()  # scratch directories, removed after the children stop
     try:
@@ -679,6 +757,11 @@ def _main(args: argparse.Namespace) -> int:
             _wait_ready(url, "/healthz")
             name = "gw-" + client if client else "gateway"
             urls[name], gateways[name] = url, child
+        for spin_us in args.spin:
+            child, url = _start_gateway(upstream, None, spin_us=spin_us)
+            children.append(child)
+            _wait_ready(url, "/healthz")
+            urls[spin_name(spin_us)] = url
         if args.before:
             child, url = _start_gateway(upstream, None, args.before)
             children.append(child)
@@ -711,8 +794,11 @@ def _main(args: argparse.Namespace) -> int:
         if ratios:
             top = max(ratios)
             _print_targets(top, ratios[top])
+            _print_calibration(top, table[top], own_us)
         if args.save:
             meta = {"upstream": kind, "events": args.events, "rounds": args.rounds}
+            if own_us is not None:
+                meta["gateway_cpu_per_request_us"] = round(own_us, 1)
             meta |= {"cpu_wait_shares": {name: round(v, 4) for name, v in waits.items()}}
             save_rounds(args.save, table, meta | {"cpus": os.cpu_count()})
             print(f"rounds saved to {args.save} (report several runs as one: --pool)")
@@ -728,7 +814,7 @@ def _main(args: argparse.Namespace) -> int:
                 args.profile_seconds,
             )
     finally:
-        for child in children:
+        for child in reversed(children):  # the proxies before their upstream
             child.terminate()
             child.wait(10)
         stack.close()

@@ -194,3 +194,33 @@ class Ratios:
                 self.paired_tokens_per_s,
             ),
         ]
+
+
+# -- calibration: what a microsecond of per-request proxy CPU costs in TTFT --
+
+
+def fitted_ttft(
+    paths: Sequence[tuple[float, Sequence[RoundLike]]],
+    direct: Sequence[RoundLike],
+    at_us: float | None = None,
+) -> Statistic:
+    """The least-squares line through (µs of CPU added per request, pooled TTFT p50
+    ratio against direct) over `paths`: its slope per 100 µs (`at_us` None), or its
+    value at `at_us` (negative: less CPU than the path at 0).  The same rounds of every
+    path go into a resample, so it can be bootstrapped like the ratios."""
+    xs = [float(x) for x, _ in paths]
+    if len(set(xs)) < 2:
+        raise ValueError(f"a line needs at least two different amounts of CPU, got {xs}")
+    mean_x = sum(xs) / len(xs)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    ratios = [pooled_ttft(rounds, direct, 0.5) for _, rounds in paths]
+
+    def stat(idx: Sequence[int]) -> float:
+        ys = [ratio(idx) for ratio in ratios]
+        if any(math.isnan(y) for y in ys):
+            return float("nan")
+        mean_y = sum(ys) / len(ys)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+        return slope * 100 if at_us is None else mean_y + slope * (at_us - mean_x)
+
+    return stat

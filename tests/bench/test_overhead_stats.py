@@ -21,6 +21,7 @@ from bench.overhead_stats import (
     Ratios,
     Target,
     bootstrap,
+    fitted_ttft,
     paired,
     paired_ttft,
 )
@@ -168,3 +169,35 @@ def test_a_file_that_is_not_a_saved_run_is_refused_clearly(tmp_path: Path) -> No
         done = _bench("--pool", path)
         assert done.returncode != 0 and "not a run saved by --save" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def _rounds_at(ttft_s: float, n: int) -> list[Round]:
+    return [Round(ttft_s=[ttft_s * (1 + 0.001 * i)] * 5, tokens=100, wall_s=1.0) for i in range(n)]
+
+
+def test_fitted_ttft_recovers_a_line_and_extrapolates_it() -> None:
+    # direct TTFT 50 ms; the proxy at 0, 100 and 300 µs added: 55, 57.5, 62.5 ms.
+    direct = _rounds_at(0.050, 12)
+    paths = [(0.0, _rounds_at(0.055, 12)), (100.0, _rounds_at(0.0575, 12))]
+    paths.append((300.0, _rounds_at(0.0625, 12)))
+    assert bootstrap(12, fitted_ttft(paths, direct)).value == pytest.approx(0.05)
+    at_minus = bootstrap(12, fitted_ttft(paths, direct, at_us=-100.0))
+    assert at_minus.value == pytest.approx(1.05)
+    assert at_minus.high - at_minus.low < 1e-9  # the same rounds on every path: no spread
+
+
+def test_fitted_ttft_interval_widens_with_noise() -> None:
+    rng = random.Random(1)
+    direct = _rounds_at(0.050, 30)
+    noisy = [
+        (x, [Round(ttft_s=[t * rng.uniform(0.8, 1.2)] * 5, tokens=100, wall_s=1.0) for t in ts])
+        for x, ts in ((x, [0.055 + x * 25e-6] * 30) for x in (0.0, 100.0, 300.0))
+    ]
+    estimate = bootstrap(30, fitted_ttft(noisy, direct))
+    assert estimate.low < estimate.value < estimate.high
+    assert estimate.high - estimate.low > 0.005
+
+
+def test_fitted_ttft_needs_two_amounts_of_cpu() -> None:
+    with pytest.raises(ValueError, match="at least two different amounts of CPU"):
+        fitted_ttft([(0.0, _rounds_at(0.05, 3)), (0.0, _rounds_at(0.06, 3))], _rounds_at(0.05, 3))
