@@ -128,6 +128,8 @@ async def _handle(
             for _ in range(events):
                 await asyncio.sleep(max(0.0, tick * gap_s - loop.time()))
                 tick += 1
+                if writer.is_closing():  # the client left (uvloop raises on a write)
+                    return
                 writer.write(_chunked(EVENT))
             if b'"include_usage":true' in body.replace(b" ", b""):
                 writer.write(_chunked(USAGE_EVENT))

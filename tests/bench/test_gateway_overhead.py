@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bench.gateway_overhead import Round, Summary, _wait_ready, free_port, nginx_conf
@@ -126,3 +129,26 @@ def test_a_malformed_also_is_refused_clearly() -> None:
     )
     assert done.returncode != 0 and "expected NAME=http://host:port" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_synthetic_upstream_outlives_a_client_that_leaves_mid_stream() -> None:
+    """A proxy stopped before its upstream (as the bench stops them) leaves mid-stream:
+    the upstream stops that stream quietly and goes on serving."""
+    port = free_port()
+    code = f"import bench.gateway_overhead as b; b.serve_synthetic({port}, 400, 0.005)"
+    upstream = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}", "/health")
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            body = b'{"stream":true}'
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        time.sleep(0.5)  # the stream's next events meet the closed connection
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    finally:
+        upstream.terminate()
+        _, err = upstream.communicate(timeout=10)
+    assert "Traceback" not in err, err
