@@ -184,7 +184,7 @@ class ProxyResponse(Response):
                 )
             except UpstreamUnavailable as exc:
                 outcome = exc.kind
-                upstream.replicas.mark(replica, healthy=False)
+                upstream.replicas.mark(replica, healthy=False, why="a request could not connect")
                 raise
             except UpstreamError as exc:
                 outcome = exc.kind

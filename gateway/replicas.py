@@ -80,10 +80,11 @@ class ReplicaSet:
         self._metrics.upstream_in_flight.labels(replica.name).dec()
         self._metrics.upstream_requests.labels(replica.name, outcome).inc()
 
-    def mark(self, replica: Replica, healthy: bool) -> None:
+    def mark(self, replica: Replica, healthy: bool, why: str = "") -> None:
         replica.timeouts = 0
         if healthy != replica.healthy:
-            log.warning("replica %s is %s", replica.name, "back" if healthy else "unhealthy")
+            state = "back" if healthy else "unhealthy"
+            log.warning("replica %s is %s%s", replica.name, state, f": {why}" if why else "")
         replica.healthy = healthy
         self._metrics.upstream_healthy.labels(replica.name).set(1 if healthy else 0)
 
@@ -102,12 +103,13 @@ class ReplicaSet:
                     self._timeout_misses,
                 )
                 return replica.healthy
-            self.mark(replica, False)
+            self.mark(replica, False, f"/health timed out {replica.timeouts} times in a row")
             return False
-        except httpx.HTTPError:
-            self.mark(replica, False)
+        except httpx.HTTPError as exc:
+            self.mark(replica, False, f"/health failed ({type(exc).__name__})")
             return False
-        self.mark(replica, answer.status_code == 200)
+        status = answer.status_code
+        self.mark(replica, status == 200, f"/health answered {status}")
         return replica.healthy
 
     async def check_all(

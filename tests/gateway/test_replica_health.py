@@ -73,22 +73,34 @@ def test_one_slow_health_answer_is_not_enough(caplog: pytest.LogCaptureFixture) 
     assert "unhealthy" not in caplog.text
 
 
-def test_timeouts_in_a_row_mark_it_unhealthy_and_an_answer_resets_the_count() -> None:
+def test_timeouts_in_a_row_mark_it_unhealthy_and_an_answer_resets_the_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     replicas, registry = _set(misses=3)
     assert _checks(replicas, [timeout, timeout, ok, timeout, timeout]) == [True] * 5
     assert _healthy(registry) == 1  # the 200 in between started the count again
-    assert _checks(replicas, [timeout]) == [False]
+    with caplog.at_level(logging.WARNING, logger="gateway.replicas"):
+        assert _checks(replicas, [timeout]) == [False]
+    assert "replica b is unhealthy: /health timed out 3 times in a row" in caplog.text
     assert not replicas.replicas[1].healthy and _healthy(registry) == 0
     assert replicas.replicas[0].healthy  # a is never touched
     assert _checks(replicas, [ok]) == [True]
     assert _healthy(registry) == 1
 
 
-@pytest.mark.parametrize("answer", [refused, dead], ids=["refused", "503"])
-def test_refused_or_unhealthy_answer_marks_it_at_once(answer: Answer) -> None:
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [(refused, "/health failed (ConnectError)"), (dead, "/health answered 503")],
+    ids=["refused", "503"],
+)
+def test_refused_or_unhealthy_answer_marks_it_at_once(
+    answer: Answer, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
     replicas, registry = _set(misses=5)
-    assert _checks(replicas, [answer]) == [False]
+    with caplog.at_level(logging.WARNING, logger="gateway.replicas"):
+        assert _checks(replicas, [answer]) == [False]
     assert _healthy(registry) == 0
+    assert f"replica b is unhealthy: {why}" in caplog.text
 
 
 def test_an_unhealthy_replica_stays_out_while_it_times_out() -> None:
