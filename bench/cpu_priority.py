@@ -40,6 +40,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bench.gateway_overhead import wait_ready
 from bench.launcher import free_port
 from bench.schedwait import run_queue_wait
 from bench.stats import percentile
@@ -152,18 +153,6 @@ async def measure(
             cell.failures.append(f"{type(result).__name__}: {result}")
         else:
             cell.streams.append(result)
-
-
-def _wait_ok(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited {proc.returncode} before answering {url}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        time.sleep(0.5)
-    raise SystemExit(f"{what} did not answer {url} within {START_TIMEOUT_SECONDS:g} s")
 
 
 @contextlib.contextmanager
@@ -287,9 +276,15 @@ def _run(args: argparse.Namespace) -> int:
             started(vllm_argv, env, work / "vllm.log") as vllm,
             started([sys.executable, "-m", "gateway"], gateway_env, work / "gw.log") as gateway,
         ):
-            _wait_ok(f"{vllm_url}/health", vllm, "vLLM")
+            wait_ready(vllm_url, "/health", timeout_s=START_TIMEOUT_SECONDS, proc=vllm, what="vLLM")
             gateway_url = f"http://127.0.0.1:{gateway_port}"
-            _wait_ok(f"{gateway_url}/readyz", gateway, "the gateway")
+            wait_ready(
+                gateway_url,
+                "/readyz",
+                timeout_s=START_TIMEOUT_SECONDS,
+                proc=gateway,
+                what="the gateway",
+            )
             priority = Priority(psutil.Process(vllm.pid))
             urls = {"direct": vllm_url, "gateway": gateway_url}
             cells = asyncio.run(run_rounds(args, priority, urls, gateway.pid))

@@ -522,9 +522,9 @@ def cpu_cost(source: str | None, streams: int, rounds: int) -> tuple[float, floa
         upstream = subprocess.Popen([sys.executable, "-c", code])
         gateway: subprocess.Popen[bytes] | None = None
         try:
-            _wait_ready(f"http://127.0.0.1:{port}", "/health")
+            wait_ready(f"http://127.0.0.1:{port}", "/health", proc=upstream)
             gateway, url = _start_gateway(f"http://127.0.0.1:{port}", None, source)
-            _wait_ready(url, "/healthz")
+            wait_ready(url, "/healthz", proc=gateway, what=f"the gateway at {url}")
             spent[events] = asyncio.run(_cpu_of_rounds(gateway.pid, url, streams, rounds, events))
         finally:
             for child in (gateway, upstream):
@@ -558,9 +558,17 @@ def _print_cpu_cost(paths: dict[str, str | None], streams: int, rounds: int) -> 
 # ---- processes ----
 
 
-def _wait_ready(url: str, *paths: str, timeout_s: float = 60) -> None:
-    """Until one of `paths` answers 200; SystemExit naming them after `timeout_s`."""
+def wait_ready(
+    url: str,
+    *paths: str,
+    timeout_s: float = 60,
+    proc: subprocess.Popen[bytes] | None = None,
+    what: str | None = None,
+) -> None:
+    """Until one of `paths` answers 200; SystemExit naming them after `timeout_s`, or at
+    once when `proc` (what serves `url`, called `what`) has exited."""
     deadline = time.monotonic() + timeout_s
+    name = what or url
     while time.monotonic() < deadline:
         for path in paths:
             try:
@@ -568,8 +576,12 @@ def _wait_ready(url: str, *paths: str, timeout_s: float = 60) -> None:
                     return
             except httpx.HTTPError:
                 pass
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(
+                f"{name} exited {proc.returncode} before answering 200 on {' or '.join(paths)}"
+            )
         time.sleep(0.2)
-    raise SystemExit(f"{url} did not answer 200 on {' or '.join(paths)} within {timeout_s:g} s")
+    raise SystemExit(f"{name} did not answer 200 on {' or '.join(paths)} within {timeout_s:g} s")
 
 
 def _start_gateway(
@@ -749,25 +761,25 @@ def _main(args: argparse.Namespace) -> int:
             )
             children.append(subprocess.Popen([sys.executable, "-c", code]))
             upstream = f"http://127.0.0.1:{port}"
-        _wait_ready(upstream, "/health")
+        wait_ready(upstream, "/health")
         urls = {DIRECT: upstream}
         gateways: dict[str, subprocess.Popen[bytes]] = {}
         proxies: dict[str, int] = {}  # other proxies this bench started, by name
         for client in [c for c in args.clients.split(",") if c] or [None]:
             child, url = _start_gateway(upstream, client)
             children.append(child)
-            _wait_ready(url, "/healthz")
+            wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
             name = "gw-" + client if client else "gateway"
             urls[name], gateways[name] = url, child
         for spin_us in args.spin:
             child, url = _start_gateway(upstream, None, spin_us=spin_us)
             children.append(child)
-            _wait_ready(url, "/healthz")
+            wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
             urls[spin_name(spin_us)] = url
         if args.before:
             child, url = _start_gateway(upstream, None, args.before)
             children.append(child)
-            _wait_ready(url, "/healthz")
+            wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
             urls["gw-before"] = url
         if args.nginx:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-nginx-"))
@@ -776,7 +788,7 @@ def _main(args: argparse.Namespace) -> int:
             also.append(("nginx", url))
             proxies["nginx"] = child.pid
         for name, url in also:  # a proxy of vLLM (/health) or another sparkserve gateway
-            _wait_ready(url, "/health", "/healthz")
+            wait_ready(url, "/health", "/healthz")
             urls[name] = url
         kind = "vLLM" if args.vllm_url else f"synthetic, {args.gap_ms:g} ms token gap"
         print(

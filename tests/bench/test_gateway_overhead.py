@@ -15,7 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.gateway_overhead import Round, Summary, _wait_ready, free_port, nginx_conf
+from bench.gateway_overhead import (
+    Round,
+    Summary,
+    _start_gateway,
+    free_port,
+    nginx_conf,
+    wait_ready,
+)
 from bench.overhead_stats import Ratios
 
 CPU_RUN = ("--rounds", "20", "--concurrency", "8")
@@ -48,7 +55,17 @@ def test_failures_are_reported_by_reason_most_frequent_first() -> None:
 def test_a_path_that_never_gets_ready_is_named_not_a_traceback() -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.raises(SystemExit, match=r"did not answer 200 on /health or /healthz within"):
-        _wait_ready(url, "/health", "/healthz", timeout_s=0.3)
+        wait_ready(url, "/health", "/healthz", timeout_s=0.3)
+
+
+def test_a_gateway_that_exits_at_start_is_named_at_once() -> None:
+    """A gateway that cannot start (here: an upstream URL it refuses) ends the wait with
+    its exit code, not after the whole timeout."""
+    gateway, url = _start_gateway("ftp://nowhere", None)
+    started = time.monotonic()
+    with pytest.raises(SystemExit, match=r"^the gateway at http://127\.0\.0\.1:\d+ exited \d+ "):
+        wait_ready(url, "/healthz", timeout_s=120, proc=gateway, what=f"the gateway at {url}")
+    assert time.monotonic() - started < 60
 
 
 def test_runs_against_the_synthetic_upstream() -> None:
@@ -138,7 +155,7 @@ def test_synthetic_upstream_outlives_a_client_that_leaves_mid_stream() -> None:
     code = f"import bench.gateway_overhead as b; b.serve_synthetic({port}, 400, 0.005)"
     upstream = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     try:
-        _wait_ready(f"http://127.0.0.1:{port}", "/health")
+        wait_ready(f"http://127.0.0.1:{port}", "/health")
         with socket.create_connection(("127.0.0.1", port)) as sock:
             body = b'{"stream":true}'
             sock.sendall(
