@@ -311,7 +311,8 @@ def _print_calibration(streams: int, results: dict[str, list[Round]], own_us: fl
     p50 ratio against µs of CPU added per request before forwarding.  With the gateway's
     own CPU per request (`own_us`) known, the line also bounds what cutting it could
     give: removing all of it, if each µs were worth what a µs spun before forwarding
-    costs (the dearest place: CPU spent after the first token is relayed costs less)."""
+    costs (assumed the dearest place: CPU spent after the first token is relayed
+    should cost TTFT less; argued, not measured)."""
     points = [(0.0, results["gateway"])] if "gateway" in results else []
     points += [
         (float(m.group(1)), rounds)

@@ -27,16 +27,23 @@ def test_spin_burns_that_much_of_the_threads_cpu() -> None:
 
 def test_install_spins_before_every_proxied_request(monkeypatch: pytest.MonkeyPatch) -> None:
     served: list[tuple[Any, ...]] = []
+    reached: list[int] = []
 
     async def original(self: Any, *args: Any, **kwargs: Any) -> None:
+        reached.append(time.thread_time_ns())
         served.append((self, args, kwargs))
 
     monkeypatch.setattr(FastRoutes, "serve", original)  # undone after the test
     install(4000)
     routes = object()
-    before = time.thread_time_ns()
-    asyncio.run(FastRoutes.serve(routes, "/v1/chat/completions", front=None))  # type: ignore[arg-type]
-    assert time.thread_time_ns() - before >= 4_000_000
+
+    async def call() -> int:
+        before = time.thread_time_ns()
+        await FastRoutes.serve(routes, "/v1/chat/completions", front=None)  # type: ignore[arg-type]
+        return before
+
+    before = asyncio.run(call())
+    assert reached[0] - before >= 4_000_000  # the spin ran between the call and the route
     assert served == [(routes, ("/v1/chat/completions",), {"front": None})]
 
 

@@ -272,7 +272,7 @@ def _waves_on_b(
     The gateway marks a replica unhealthy after its `/health` times out
     GATEWAY_HEALTH_TIMEOUT_MISSES (2) times in a row.  On this 2-core machine a
     busy or just-restarted vLLM can do that and get healthy again between two
-    waves (a single 0.5 s timeout moved one session once in CI), so a wave that
+    waves (most likely how one session moved once in CI), so a wave that
     saw b out of rotation sends its sessions to a, correctly; one of
     RETURN_WAVES waves must bring them all to b."""
     served: list[float] = []
