@@ -24,6 +24,7 @@ from bench.gateway_overhead import (
     wait_ready,
 )
 from bench.overhead_stats import Ratios
+from tests.bench.overhead_cli import run_overhead
 
 CPU_RUN = ("--rounds", "20", "--concurrency", "8")
 SMALL_RUN = ("--rounds", "2", "--concurrency", "1,4", "--events", "8", "--gap-ms", "2")
@@ -69,12 +70,7 @@ def test_a_gateway_that_exits_at_start_is_named_at_once() -> None:
 
 
 def test_runs_against_the_synthetic_upstream() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gateway_overhead", *SMALL_RUN],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_overhead(*SMALL_RUN)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {
         (m[1], m[2]): m[3]
@@ -89,12 +85,7 @@ def test_runs_against_the_synthetic_upstream() -> None:
 
 
 def test_cpu_cost_splits_per_request_and_per_event() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gateway_overhead", "--cpu-cost", *CPU_RUN],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_overhead("--cpu-cost", *CPU_RUN)
     assert done.returncode == 0, done.stderr[-2000:]
     row = re.search(r"^\s*gateway\s+(-?\d+)\s+(-?[\d.]+)\s*$", done.stdout, re.M)
     assert row is not None, done.stdout
@@ -127,23 +118,13 @@ def test_nginx_reference_config(tmp_path: Path) -> None:
     reason="no nginx binary here (Debian: apt-get install nginx-light); --nginx is optional",
 )
 def test_races_nginx_against_the_synthetic_upstream() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gateway_overhead", *SMALL_RUN, "--nginx"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_overhead(*SMALL_RUN, "--nginx")
     assert done.returncode == 0, done.stderr[-2000:]
     assert re.search(r"^\s*4\s+nginx/d pair\s+[\d.]+", done.stdout, re.M), done.stdout
 
 
 def test_a_malformed_also_is_refused_clearly() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gateway_overhead", "--also", "nginx:8080", "--rounds", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_overhead("--also", "nginx:8080", "--rounds", "1")
     assert done.returncode != 0 and "expected NAME=http://host:port" in done.stderr
     assert "Traceback" not in done.stderr
 

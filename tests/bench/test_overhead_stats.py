@@ -7,8 +7,6 @@ import json
 import math
 import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from bench.overhead_stats import (
     paired,
     paired_ttft,
 )
+from tests.bench.overhead_cli import run_overhead
 
 
 def _rounds(rng: random.Random, n: int, ttft_scale: float, rate_scale: float) -> list[Round]:
@@ -114,15 +113,6 @@ def test_unpaired_rounds_are_refused() -> None:
 SMALL = ("--rounds", "3", "--concurrency", "2", "--events", "4", "--gap-ms", "2")
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.gateway_overhead", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def _pooled_row(stdout: str) -> str:
     match = re.search(r"^\s*2\s+gateway/d\s+(.*)$", stdout, re.M)
     assert match is not None, stdout
@@ -133,7 +123,7 @@ def test_saved_runs_report_as_one(tmp_path: Path) -> None:
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     printed = []
     for path in (first, second):
-        done = _bench(*SMALL, "--save", str(path))
+        done = run_overhead(*SMALL, "--save", str(path))
         assert done.returncode == 0, done.stderr[-2000:]
         assert "targets at 2 streams" in done.stdout and "95% pair" in done.stdout
         printed.append(done.stdout)
@@ -141,11 +131,11 @@ def test_saved_runs_report_as_one(tmp_path: Path) -> None:
     assert len(saved["levels"]["2"]["direct"]) == 3
     assert len(saved["levels"]["2"]["gateway"]) == 3
     # One run pooled alone reports what it printed when it ran.
-    alone = _bench("--pool", str(first))
+    alone = run_overhead("--pool", str(first))
     assert alone.returncode == 0, alone.stderr[-2000:]
     assert _pooled_row(alone.stdout) == _pooled_row(printed[0])
     # Two runs pooled: every round of both, ratios over all of them.
-    both = _bench("--pool", str(first), str(second))
+    both = run_overhead("--pool", str(first), str(second))
     assert both.returncode == 0, both.stderr[-2000:]
     assert "rounds per path: 6 at 2 streams" in both.stdout
     runs = [json.loads(p.read_text())["levels"]["2"] for p in (first, second)]
@@ -166,7 +156,7 @@ def test_a_file_that_is_not_a_saved_run_is_refused_clearly(tmp_path: Path) -> No
     unpaired.write_text(json.dumps({"levels": {"32": {"direct": [one, one], "gateway": [one]}}}))
     paths = (bad, wrong_type, bad_reasons, unpaired, tmp_path / "missing.json")
     for path in map(str, paths):
-        done = _bench("--pool", path)
+        done = run_overhead("--pool", path)
         assert done.returncode != 0 and "not a run saved by --save" in done.stderr
         assert "Traceback" not in done.stderr
 

@@ -17,6 +17,7 @@ from bench import gateway_overhead
 from bench.gateway_overhead import Round, _print_calibration, _spins, saved_cpu_per_request_us
 from bench.spin_gateway import install, spin, spin_from_env
 from gateway.fastroutes import FastRoutes
+from tests.bench.overhead_cli import run_overhead
 
 
 def test_spin_burns_that_much_of_the_threads_cpu() -> None:
@@ -114,12 +115,7 @@ def test_spinning_copies_race_on_the_synthetic_upstream(tmp_path: Path) -> None:
     saved = tmp_path / "run.json"
     args = ["--rounds", "2", "--concurrency", "4", "--events", "4", "--gap-ms", "2"]
     args += ["--spin", "20000", "--save", str(saved)]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gateway_overhead", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    done = run_overhead(*args, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {m[1]: float(m[2]) for m in re.finditer(r"^\s*4\s+(\S+)\s+([\d.]+)", done.stdout, re.M)}
     assert rows["gw+20000us"] > rows["gateway"] + 20, done.stdout  # TTFT p50, ms
@@ -128,11 +124,6 @@ def test_spinning_copies_race_on_the_synthetic_upstream(tmp_path: Path) -> None:
     assert "at best, with none of it:" in done.stdout
     meta = json.loads(saved.read_text())["meta"]
     assert meta["gateway_cpu_per_request_us"] > 0
-    pooled = subprocess.run(
-        [sys.executable, "-m", "bench.gateway_overhead", "--pool", str(saved)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    pooled = run_overhead("--pool", str(saved), timeout=60)
     assert "at best, with none of it:" in pooled.stdout, pooled.stdout
     assert gateway_overhead.spin_name(20000) == "gw+20000us"

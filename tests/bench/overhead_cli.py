@@ -1,0 +1,16 @@
+"""`python -m bench.gateway_overhead` run as a user would, for the benchmark's tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def run_overhead(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The bench with `args`, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench.gateway_overhead", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
