@@ -313,17 +313,15 @@ def _print_calibration(streams: int, results: dict[str, list[Round]], own_us: fl
     give: removing all of it, if each µs were worth what a µs spun before forwarding
     costs (assumed the dearest place: CPU spent after the first token is relayed
     should cost TTFT less; argued, not measured)."""
-    points = [(0.0, results["gateway"])] if "gateway" in results else []
-    points += [
-        (float(m.group(1)), rounds)
-        for name, rounds in results.items()
-        if (m := SPIN_NAME.fullmatch(name))
-    ]
+    added = {"gateway": 0.0} | {
+        name: float(m.group(1)) for name in results if (m := SPIN_NAME.fullmatch(name))
+    }
+    points = [(us, results[name]) for name, us in added.items() if name in results]
     if len(points) < 2:
         return
     direct, n = results[DIRECT], len(results[DIRECT])
     slope = bootstrap(n, fitted_ttft(points, direct))
-    names = ", ".join(n for n in results if n == "gateway" or SPIN_NAME.fullmatch(n))
+    names = ", ".join(name for name in added if name in results)
     print(
         f"\ncalibration at {streams} streams ({names}): pooled TTFT p50 ratio per 100 us "
         f"of gateway CPU per request {slope}"

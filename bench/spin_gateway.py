@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from gateway import __main__ as gateway_main
@@ -41,7 +42,7 @@ def install(microseconds: float) -> None:
     FastRoutes.serve = serve  # type: ignore[method-assign]
 
 
-def spin_from_env(environ: dict[str, str] | os._Environ[str]) -> float:
+def spin_from_env(environ: Mapping[str, str]) -> float:
     """The spin from `BENCH_SPIN_US`; ValueError saying what is allowed otherwise."""
     raw = environ.get(ENV, "")
     try:
