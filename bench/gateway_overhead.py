@@ -64,6 +64,8 @@ CONCURRENCY = (1, 8, 32)
 CPU_COST_EVENTS = (2, 64)
 KEEPALIVE_S = 4.0
 DIRECT = "direct"
+EMBEDDED = "embedded"
+BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded.py
 
 
 def _install_uvloop() -> None:
@@ -355,12 +357,21 @@ async def _measure_level(
 
 
 async def _measure(
-    urls: dict[str, str], levels: Sequence[int], rounds: int, body: bytes, tokens: int
+    urls: dict[str, str],
+    levels: Sequence[int],
+    rounds: int,
+    body: bytes,
+    tokens: int,
+    headers: dict[str, dict[str, str]] | None = None,
 ) -> tuple[dict[int, dict[str, list[Round]]], dict[int, dict[str, Ratios]]]:
-    """Every round by concurrency and path, and the ratios printed for each level."""
+    """Every round by concurrency and path (`headers`: sent on every request of a
+    path), and the ratios printed for each level."""
     timeout = aiohttp.ClientTimeout(total=600)
     sessions = {
-        name: aiohttp.ClientSession(connector=_connector(), timeout=timeout) for name in urls
+        name: aiohttp.ClientSession(
+            connector=_connector(), timeout=timeout, headers=(headers or {}).get(name)
+        )
+        for name in urls
     }
     table: dict[int, dict[str, list[Round]]] = {}
     ratios: dict[int, dict[str, Ratios]] = {}
@@ -629,27 +640,33 @@ http {{
       proxy_set_header Connection "";
       proxy_buffering off;
       proxy_request_buffering off;
-      proxy_read_timeout 600s;
+      proxy_read_timeout 600s;{extra}
     }}
   }}
 }}
 """
 
 
-def nginx_conf(directory: str, upstream_url: str, port: int) -> str:
+def nginx_conf(
+    directory: str, upstream_url: str, port: int, headers: dict[str, str] | None = None
+) -> str:
     """A plain streaming reverse proxy (one worker, like the one gateway process):
-    no buffering either way, keep-alive to the upstream, no access log."""
+    no buffering either way, keep-alive to the upstream, no access log; `headers`
+    are added to every request sent upstream."""
     host_port = upstream_url.split("://", 1)[1].rstrip("/")
-    return NGINX_CONF.format(dir=directory, upstream=host_port, port=port)
+    extra = "".join(f"\n      proxy_set_header {k} {v};" for k, v in (headers or {}).items())
+    return NGINX_CONF.format(dir=directory, upstream=host_port, port=port, extra=extra)
 
 
-def _start_nginx(upstream: str, directory: str) -> tuple[subprocess.Popen[bytes], str]:
+def _start_nginx(
+    upstream: str, directory: str, headers: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     binary = shutil.which("nginx") or "/usr/sbin/nginx"
     if not os.path.exists(binary):
         raise SystemExit("--nginx: no nginx binary (Debian: apt-get install nginx-light)")
     port = free_port()
     conf = Path(directory, "nginx.conf")
-    conf.write_text(nginx_conf(directory, upstream, port))
+    conf.write_text(nginx_conf(directory, upstream, port, headers))
     child = subprocess.Popen([binary, "-p", directory, "-c", str(conf)])
     return child, f"http://127.0.0.1:{port}"
 
@@ -710,6 +727,19 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also race copies of the gateway spending this many us more CPU per request "
         "(bench/spin_gateway.py) and fit what a us costs in TTFT",
     )
+    parser.add_argument(
+        "--embedded-bypass",
+        metavar="TOKEN",
+        help="with --vllm-url: that vLLM runs the embedded gateway (gateway/embedded.py) "
+        "with GATEWAY_EMBEDDED_BYPASS_TOKEN=TOKEN; race it against the same vLLM with the "
+        "gateway bypassed (direct, and nginx with --nginx); no standalone gateway",
+    )
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="with --embedded-bypass: the key the embedded path sends (a gateway with "
+        "GATEWAY_AUTH=on)",
+    )
     parser.add_argument("--py-spy", metavar="SVG", help="then profile the first gateway")
     parser.add_argument("--profile-seconds", type=float, default=10.0)
     parser.add_argument(
@@ -727,6 +757,34 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _check_embedded(args: argparse.Namespace) -> None:
+    if args.api_key and not args.embedded_bypass:
+        raise SystemExit("--api-key is for the embedded path: it needs --embedded-bypass")
+    if not args.embedded_bypass:
+        return
+    if not args.vllm_url:
+        raise SystemExit(
+            "--embedded-bypass needs --vllm-url: the vLLM started with "
+            "--middleware gateway.embedded.EmbeddedGateway and that token"
+        )
+    clash = [
+        flag
+        for flag, given in (
+            ("--clients", args.clients),
+            ("--spin", args.spin),
+            ("--before", args.before),
+            ("--py-spy", args.py_spy),
+            ("--cpu-cost", args.cpu_cost),
+        )
+        if given
+    ]
+    if clash:
+        raise SystemExit(
+            f"--embedded-bypass starts no standalone gateway, so {', '.join(clash)} "
+            "cannot apply (race the standalone gateway in a run of its own)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     return run_interruptible("gateway_overhead", lambda: _main(args))
@@ -736,6 +794,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.pool:
         report(load_rounds(args.pool), saved_cpu_per_request_us(args.pool))
         return 0
+    _check_embedded(args)
     _install_uvloop()
     levels = [int(n) for n in args.concurrency.split(",")]
     if args.cpu_cost:
@@ -764,7 +823,10 @@ def _main(args: argparse.Namespace) -> int:
         urls = {DIRECT: upstream}
         gateways: dict[str, subprocess.Popen[bytes]] = {}
         proxies: dict[str, int] = {}  # other proxies this bench started, by name
-        for client in [c for c in args.clients.split(",") if c] or [None]:
+        bypass = {BYPASS_HEADER: args.embedded_bypass} if args.embedded_bypass else {}
+        if bypass:  # the gateway is inside this vLLM: direct (and nginx) go round it
+            urls[EMBEDDED] = upstream
+        for client in [c for c in args.clients.split(",") if c] or ([] if bypass else [None]):
             child, url = _start_gateway(upstream, client)
             children.append(child)
             wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
@@ -782,7 +844,7 @@ def _main(args: argparse.Namespace) -> int:
             urls["gw-before"] = url
         if args.nginx:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-nginx-"))
-            child, url = _start_nginx(upstream, scratch)
+            child, url = _start_nginx(upstream, scratch, bypass)
             children.append(child)
             also.append(("nginx", url))
             proxies["nginx"] = child.pid
@@ -801,7 +863,10 @@ def _main(args: argparse.Namespace) -> int:
             | {name: child.pid for name, child in gateways.items()}
             | proxies
         )
-        table, ratios = asyncio.run(_measure(urls, levels, args.rounds, body, args.events))
+        headers = {DIRECT: bypass} if bypass else {}
+        if args.api_key:
+            headers[EMBEDDED] = {"authorization": f"Bearer {args.api_key}"}
+        table, ratios = asyncio.run(_measure(urls, levels, args.rounds, body, args.events, headers))
         waits = meter.shares()
         print(describe(waits))
         if ratios:

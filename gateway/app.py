@@ -80,7 +80,11 @@ def _settings_from_env() -> GatewaySettings:
         raise SystemExit(2) from None
 
 
-def _preparer(settings: GatewaySettings, metrics: GatewayMetrics) -> Preparer:
+def preparer_of(
+    settings: GatewaySettings, metrics: GatewayMetrics, *, embedded: bool = False
+) -> Preparer:
+    """The request preparation of `settings`; `embedded`: for the gateway inside vLLM
+    (no replicas to choose between, no upstream request to build headers for)."""
     keys = KeyTable(read_key_entries(settings))
     if settings.auth == "on" and not len(keys):
         raise ConfigError(
@@ -96,11 +100,12 @@ def _preparer(settings: GatewaySettings, metrics: GatewayMetrics) -> Preparer:
         metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
         layout_enabled=settings.layout == "on",
-        affinity_needed=len(settings.upstream_url) > 1,
+        affinity_needed=not embedded and len(settings.upstream_url) > 1,
+        headers_needed=not embedded,
     )
 
 
-def _admission(settings: GatewaySettings) -> Admission:
+def admission_of(settings: GatewaySettings) -> Admission:
     return Admission(
         AdmissionLimits(
             max_concurrency=settings.max_concurrency,
@@ -148,7 +153,7 @@ def create_app(
         ProcessCollector(registry=registry)
     metrics = GatewayMetrics.create(registry)
     metrics.concurrency_limit.set(settings.max_concurrency)
-    preparer = _preparer(settings, metrics)
+    preparer = preparer_of(settings, metrics)
     client = make_client(settings, transport)
     replicas = ReplicaSet(
         settings.upstream_url,
@@ -159,7 +164,7 @@ def create_app(
         timeout_misses=settings.health_timeout_misses,
     )
     upstream = make_upstream(settings, make_upstream_client(settings, transport), replicas)
-    admission = _admission(settings)
+    admission = admission_of(settings)
     deps = ProxyDeps(upstream, admission, metrics, settings.retry_after_seconds)
     guard = ThermalGuard(
         admission,

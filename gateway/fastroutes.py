@@ -43,7 +43,7 @@ MODELS = "/v1/models"
 
 
 @dataclass
-class _Count:
+class RequestCount:
     """Counts one request exactly once, by the first status it is given."""
 
     metrics: GatewayMetrics
@@ -73,7 +73,7 @@ class FastRoutes:
         """Serve one request.  Under the front (gateway/front.py) the protocol cancels
         the task when the client leaves; without it a watcher task does."""
         metrics = self.deps.metrics
-        count = _Count(metrics, path)
+        count = RequestCount(metrics, path)
         try:
             forward = await self._prepare(path, scope, receive)
         except ClientDisconnect:  # the client left while sending its body

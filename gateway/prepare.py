@@ -77,12 +77,15 @@ class Preparer:
     layout_enabled: bool
     # Only a choice between replicas needs the request's affinity key.
     affinity_needed: bool = True
+    # Only a request sent over HTTP needs its headers filtered for the upstream (the
+    # embedded gateway hands vLLM the client's own, gateway/embedded.py).
+    headers_needed: bool = True
 
     def principal(self, request: Incoming) -> Principal:
         return self.auth.authenticate(request.header(b"authorization"))
 
     def plain(self, request: Incoming, path: str, principal: Principal) -> Forward:
-        headers = forward_headers(request.raw_headers, {})
+        headers = forward_headers(request.raw_headers, {}) if self.headers_needed else []
         return Forward(request.method, path, principal, headers)
 
     async def json_call(self, request: Incoming, path: str, principal: Principal) -> Forward:
@@ -95,7 +98,11 @@ class Preparer:
             body["cache_salt"] = self.salts.salt_for(principal.tenant, body.get("cache_salt"))
         stream = body.get("stream") is True
         drop_usage = stream and path in USAGE_ROUTES and request_usage(body)
-        headers = forward_headers(request.raw_headers, {"content-type": "application/json"})
+        headers = (
+            forward_headers(request.raw_headers, {"content-type": "application/json"})
+            if self.headers_needed
+            else []
+        )
         return Forward(
             "POST",
             path,

@@ -220,7 +220,7 @@ class ProxyResponse(Response):
         start = self._start(response)
         start["headers"].append((b"content-length", str(len(body)).encode()))
         if self.forward.generation:
-            self._finish(_usage_of(response.status, body))
+            self._finish(usage_of(response.status, body))
         self.on_status(response.status)
         self._complete = True
         await send(start)
@@ -278,25 +278,31 @@ class ProxyResponse(Response):
         return outcome
 
     def _finish(self, usage: dict[str, Any] | None) -> None:
-        metrics, tenant = self.deps.metrics, self.forward.principal.tenant
-        metrics.e2e_latency.observe(time.monotonic() - self.forward.started)
-        if usage is None:
-            return
-        # Chat/completions name them prompt/completion; the Responses API input/output.
-        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
-        completion = usage.get("completion_tokens", usage.get("output_tokens"))
-        metrics.prompt_tokens.labels(tenant).inc(_count(prompt))
-        metrics.completion_tokens.labels(tenant).inc(_count(completion))
-        details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
-        if isinstance(details, dict):
-            metrics.cached_prompt_tokens.labels(tenant).inc(_count(details.get("cached_tokens")))
+        record_finish(self.deps.metrics, self.forward, usage)
+
+
+def record_finish(metrics: GatewayMetrics, forward: Forward, usage: dict[str, Any] | None) -> None:
+    """A generation ended: its end-to-end latency and, when vLLM sent usage, its
+    tokens by tenant (prompt, completion, cached prompt)."""
+    tenant = forward.principal.tenant
+    metrics.e2e_latency.observe(time.monotonic() - forward.started)
+    if usage is None:
+        return
+    # Chat/completions name them prompt/completion; the Responses API input/output.
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    completion = usage.get("completion_tokens", usage.get("output_tokens"))
+    metrics.prompt_tokens.labels(tenant).inc(_count(prompt))
+    metrics.completion_tokens.labels(tenant).inc(_count(completion))
+    details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
+    if isinstance(details, dict):
+        metrics.cached_prompt_tokens.labels(tenant).inc(_count(details.get("cached_tokens")))
 
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) and value > 0 else 0
 
 
-def _usage_of(status: int, body: bytes) -> dict[str, Any] | None:
+def usage_of(status: int, body: bytes) -> dict[str, Any] | None:
     if status != 200 or b'"usage"' not in body:
         return None
     payload = loads_or_none(body)

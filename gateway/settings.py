@@ -108,6 +108,11 @@ class GatewaySettings(BaseSettings):
         "httptools",
         description="HTTP client to vLLM (httptools measured fastest; https upstreams use aiohttp)",
     )
+    embedded_bypass_token: SecretStr | None = Field(
+        None,
+        description="embedded mode, benchmarks only: requests with this x-sparkserve-bypass "
+        "header skip the gateway",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: OnOff = Field("off", description="uvicorn access log")
 

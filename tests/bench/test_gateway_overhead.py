@@ -150,3 +150,24 @@ def test_synthetic_upstream_outlives_a_client_that_leaves_mid_stream() -> None:
         upstream.terminate()
         _, err = upstream.communicate(timeout=10)
     assert "Traceback" not in err, err
+
+
+def test_embedded_bypass_options_are_checked_before_anything_starts() -> None:
+    cases = (
+        (("--embedded-bypass", "t"), "--embedded-bypass needs --vllm-url"),
+        (
+            ("--vllm-url", "http://127.0.0.1:9", "--embedded-bypass", "t", "--spin", "100"),
+            "cannot apply",
+        ),
+        (("--api-key", "sk-a"), "--api-key is for the embedded path"),
+    )
+    for args, message in cases:
+        done = run_overhead(*args, "--rounds", "1")
+        assert done.returncode != 0 and message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+
+
+def test_nginx_sends_the_bypass_header_upstream(tmp_path: Path) -> None:
+    conf = nginx_conf(str(tmp_path), "http://127.0.0.1:18555", 18580, {"x-sparkserve-bypass": "t"})
+    assert "proxy_set_header x-sparkserve-bypass t;" in conf
+    assert "x-sparkserve" not in nginx_conf(str(tmp_path), "http://127.0.0.1:18555", 18580)

@@ -1,0 +1,410 @@
+"""The gateway inside vLLM's API server: no hop, the same request handling.
+
+    GATEWAY_API_KEYS=team-a:sk-a vllm serve MODEL --middleware gateway.embedded.EmbeddedGateway
+
+vLLM's `--middleware` adds this ASGI class around its own app, in its API server
+process.  A request to a proxied route (`/v1/chat/completions`, `/v1/completions`,
+`/v1/embeddings`, `/v1/responses`, `/tokenize`, `GET /v1/models`) is prepared exactly
+as the standalone gateway prepares it (gateway/prepare.py: auth, body limit, JSON,
+prefix-stable layout, divergence, tenant cache salt, the usage request), waits for an
+admission slot, and is then handed to vLLM's handler as the rewritten body instead of
+being sent over a socket; the response comes back through `send`, where the injected
+usage chunk is dropped and the same `gateway_*` metrics are counted.  There is no
+second HTTP parse, no upstream write and no relay of every token event: the standalone
+gateway's per-request and per-event cost on a small machine (docs/gateway.md,
+"Overhead"), which no trim of its Python could bring near a native proxy's.
+
+What differs from the standalone gateway (`python -m gateway`):
+- one vLLM only: no replicas, no routing, no `/health` checks of an upstream; the
+  `gateway_upstream_*` metrics count vLLM's handler as replica `embedded`;
+- the metrics are in vLLM's registry, so vLLM's `/metrics` serves `gateway_*` and
+  `vllm:*` together;
+- vLLM's other routes stay served: `/health`, `/metrics`, `/ping`, `/version`, `/load`
+  and CORS preflights openly, every other path only with a valid key (as the standalone
+  gateway's proxied routes); they are passed to vLLM as they are (no salt, no layout,
+  no admission slot).  `/healthz` answers 200 while the process serves, `/readyz` is
+  vLLM's `/health`;
+- settings are the standalone gateway's `GATEWAY_*` variables; those about the upstream
+  connection, replicas, host and port are ignored (vLLM's own flags set the listener).
+  A bad setting stops vLLM's start with one line naming it.
+
+`GATEWAY_EMBEDDED_BYPASS_TOKEN` is for the overhead benchmark only: a request that
+carries `x-sparkserve-bypass: <token>` skips the gateway entirely, so one vLLM
+process can be measured with and without it in the same interleaved run.  Unset (the
+default) nothing can bypass it; set, a warning is logged at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import sys
+from typing import Any
+
+import httpx
+from prometheus_client import REGISTRY, CollectorRegistry
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import ConfigError, GatewayError, Overloaded
+from gateway.fastroutes import MODELS, RequestCount
+from gateway.metrics import GatewayMetrics
+from gateway.middleware import (
+    CLIENT_CLOSED_STATUS,
+    SERVER_ERROR_STATUS,
+    headers_error,
+    rejection_reason,
+    send_json_error,
+)
+from gateway.prepare import Incoming, Preparer
+from gateway.proxy import Forward, record_finish, usage_of
+from gateway.settings import GatewaySettings, load_settings
+from gateway.sse import EventSplitter, StreamObserver, plain_events
+from gateway.thermal import ThermalGuard
+
+log = logging.getLogger(__name__)
+
+REPLICA = "embedded"
+BYPASS_HEADER = b"x-sparkserve-bypass"
+# Placeholder for the standalone gateway's required upstream URL: unused here.
+_NO_UPSTREAM = "http://vllm.embedded"
+# vLLM's own probes and metrics, answered without a key (as vLLM does).
+OPEN_PATHS = frozenset({"/health", "/metrics", "/ping", "/version", "/load"})
+_LIVE_BODY = b'{"status":"ok"}'
+
+
+def load_embedded_settings(**overrides: Any) -> GatewaySettings:
+    """The `GATEWAY_*` settings, with no upstream URL needed; `ConfigError` if bad."""
+    if not os.environ.get("GATEWAY_UPSTREAM_URL") and "upstream_url" not in overrides:
+        overrides["upstream_url"] = [_NO_UPSTREAM]
+    return load_settings(**overrides)
+
+
+class EmbeddedGateway:
+    """ASGI middleware for vLLM's `--middleware` (module docstring).
+
+    vLLM builds it as `EmbeddedGateway(app)`, reading the settings from the
+    environment and registering the metrics in prometheus_client's default registry
+    (vLLM's `/metrics`); tests pass `settings` and a `registry` of their own."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        settings: GatewaySettings | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        from gateway.app import JSON_ROUTES, admission_of, preparer_of
+
+        self.app = app
+        _log_to_stderr()
+        try:
+            self.settings = settings if settings is not None else load_embedded_settings()
+            self.metrics = GatewayMetrics.create(REGISTRY if registry is None else registry)
+            self.preparer: Preparer = preparer_of(self.settings, self.metrics, embedded=True)
+        except ConfigError as exc:
+            # vLLM builds its middleware at start: one line, then the start fails.
+            print(f"gateway (embedded): {exc.message}", file=sys.stderr)
+            raise SystemExit(2) from None
+        self.admission = admission_of(self.settings)
+        self.metrics.concurrency_limit.set(self.settings.max_concurrency)
+        self.metrics.upstream_healthy.labels(REPLICA).set(1)
+        self.routes = {("POST", path): path for path in JSON_ROUTES} | {("GET", MODELS): MODELS}
+        secret = self.settings.embedded_bypass_token
+        self.bypass: bytes | None = secret.get_secret_value().encode() if secret else None
+        if self.bypass:
+            log.warning(
+                "GATEWAY_EMBEDDED_BYPASS_TOKEN is set: requests with %s skip the gateway "
+                "(auth, salts, admission); for benchmarks only",
+                BYPASS_HEADER.decode(),
+            )
+        self.guard = ThermalGuard(
+            self.admission,
+            self.metrics,
+            max_concurrency=self.settings.max_concurrency,
+            threshold_celsius=self.settings.thermal_threshold_celsius,
+            fraction=self.settings.thermal_concurrency_fraction,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            if self.bypass is not None and self._bypassed(scope):
+                await self.app(scope, receive, send)
+                return
+            route = self.routes.get((scope["method"], scope["path"]))
+            if route is not None:
+                await self._serve(route, scope, receive, send)
+            else:
+                await self._other(scope, receive, send)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    def _bypassed(self, scope: Scope) -> bool:
+        assert self.bypass is not None
+        for name, value in scope["headers"]:
+            if name == BYPASS_HEADER:
+                return hmac.compare_digest(value, self.bypass)
+        return False
+
+    # ---- the proxied routes ----
+
+    async def _serve(self, route: str, scope: Scope, receive: Receive, send: Send) -> None:
+        metrics = self.metrics
+        count = RequestCount(metrics, route)
+        try:
+            forward = await self._prepare(route, scope, receive)
+        except ClientDisconnect:  # the client left while sending its body
+            count(CLIENT_CLOSED_STATUS)
+            return
+        except GatewayError as error:
+            await self._refuse(send, count, error)
+            return
+        except Exception:
+            log.exception("unexpected error preparing %s", route)
+            count(SERVER_ERROR_STATUS)
+            await send_json_error(send, GatewayError("Internal gateway error."))
+            return
+        key = forward.principal.key_id
+        try:
+            waited = await self.admission.acquire(key)
+        except Overloaded as error:
+            await self._refuse(send, count, error)
+            return
+        metrics.queue_wait.observe(waited)
+        metrics.in_flight.inc()
+        metrics.upstream_in_flight.labels(REPLICA).inc()
+        outcome = "cancelled"
+        try:
+            relay = _Relay(metrics, forward, count, send)
+            await self.app(*_handed_over(scope, receive, forward), relay)
+            outcome = "ok"
+        except Exception:
+            count(SERVER_ERROR_STATUS)  # vLLM's ServerErrorMiddleware answers 500
+            outcome = "protocol"
+            raise
+        finally:
+            metrics.in_flight.dec()
+            metrics.upstream_in_flight.labels(REPLICA).dec()
+            metrics.upstream_requests.labels(REPLICA, outcome).inc()
+            self.admission.release(key)
+            count(CLIENT_CLOSED_STATUS)  # no response started: the client left first
+
+    async def _prepare(self, route: str, scope: Scope, receive: Receive) -> Forward:
+        error = headers_error(scope)
+        if error is not None:
+            raise error
+        request = Incoming(scope, receive)
+        principal = self.preparer.principal(request)
+        if route == MODELS:
+            return self.preparer.plain(request, route, principal)
+        return await self.preparer.json_call(request, route, principal)
+
+    async def _refuse(self, send: Send, count: RequestCount, error: GatewayError) -> None:
+        reason = error.reason if isinstance(error, Overloaded) else rejection_reason(error)
+        if reason is not None:
+            self.metrics.rejected.labels(reason).inc()
+        count(error.status_code)
+        await send_json_error(send, error)
+
+    # ---- everything else ----
+
+    async def _other(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        if path == "/healthz":
+            await _answer(send, 200, _LIVE_BODY)
+            return
+        if path == "/readyz":
+            await self.app({**scope, "path": "/health", "raw_path": b"/health"}, receive, send)
+            return
+        if not _open(scope):
+            error: GatewayError | None = headers_error(scope)
+            if error is None:
+                try:
+                    self.preparer.principal(Incoming(scope, receive))
+                except GatewayError as refused:
+                    error = refused
+            if error is not None:
+                reason = rejection_reason(error)
+                if reason is not None:
+                    self.metrics.rejected.labels(reason).inc()
+                await send_json_error(send, error)
+                return
+        await self.app(scope, receive, send)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """vLLM's websocket routes (realtime) need a key like any other guarded path."""
+        try:
+            self.preparer.principal(Incoming({**scope, "method": "GET"}, receive))
+        except GatewayError:
+            self.metrics.rejected.labels("unauthorized").inc()
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await self.app(scope, receive, send)
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """vLLM's lifespan runs as long as the server: the thermal poll runs beside it."""
+        poll: asyncio.Task[None] | None = None
+        client: httpx.AsyncClient | None = None
+        if self.settings.control_url:
+            client = httpx.AsyncClient(timeout=self.settings.connect_timeout_seconds)
+            url = self.settings.control_url + "/metrics"
+            poll = asyncio.get_running_loop().create_task(
+                self.guard.poll_forever(client, url, self.settings.thermal_poll_seconds)
+            )
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if poll is not None:
+                poll.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poll
+            if client is not None:
+                await client.aclose()
+
+
+def _log_to_stderr() -> None:
+    """vLLM configures its own loggers only: give this module's a handler, once, so
+    its warnings and errors reach vLLM's output instead of being dropped."""
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("gateway (embedded) %(levelname)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
+def _open(scope: Scope) -> bool:
+    path: str = scope["path"]
+    return (
+        scope["method"] == "OPTIONS"
+        or path in OPEN_PATHS
+        or path.startswith("/metrics/")  # vLLM mounts its exposition under /metrics
+    )
+
+
+def _handed_over(scope: Scope, receive: Receive, forward: Forward) -> tuple[Scope, Receive]:
+    """The scope and `receive` vLLM's handler gets: the prepared body in one message
+    (with its length in the headers), then the client's own messages (disconnect)."""
+    body = forward.body
+    if body is None:
+        return scope, receive
+    headers = [
+        (name, value)
+        for name, value in scope["headers"]
+        if name not in (b"content-length", b"transfer-encoding", b"content-type")
+    ]
+    headers += [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    given = False
+
+    async def handed_receive() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return {**scope, "headers": headers}, handed_receive
+
+
+async def _answer(send: Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Relay:
+    """The `send` vLLM's handler gets: counts the status, adds the gateway's response
+    headers, observes a stream's events (dropping the usage chunk the gateway asked
+    for) or a generation's JSON usage, and records the latencies at the end."""
+
+    __slots__ = ("_body", "_count", "_forward", "_metrics", "_observer", "_send", "_splitter")
+
+    def __init__(
+        self, metrics: GatewayMetrics, forward: Forward, count: RequestCount, send: Send
+    ) -> None:
+        self._metrics = metrics
+        self._forward = forward
+        self._count = count
+        self._send = send
+        self._observer: StreamObserver | None = None
+        self._splitter = EventSplitter()
+        self._body: list[bytes] | None = None  # a generation's JSON body, for its usage
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            message = self._start(message)
+        elif kind == "http.response.body":
+            if self._observer is not None:
+                out = self._events(message)
+                if out is None:
+                    return
+                message = out
+            elif self._body is not None:
+                self._body.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self._done(usage_of(200, b"".join(self._body)))
+        await self._send(message)
+
+    def _start(self, message: Message) -> Message:
+        status: int = message["status"]
+        self._count(status)
+        forward = self._forward
+        headers = list(message.get("headers", ()))
+        headers += [(k.encode(), v.encode()) for k, v in forward.extra_headers.items()]
+        if forward.stream and _event_stream(headers):
+            self._observer = StreamObserver(
+                forward.drop_usage, self._metrics.inter_token_latency.observe
+            )
+        elif forward.generation:
+            self._body = [] if status == 200 else None
+            if status != 200:
+                self._done(None)
+        return {**message, "headers": headers}
+
+    def _events(self, message: Message) -> Message | None:
+        """The body message to send on, or None to send nothing (an injected usage
+        chunk dropped mid-stream).  Whole plain token events pass untouched."""
+        observer, splitter = self._observer, self._splitter
+        assert observer is not None
+        chunk: bytes = message.get("body", b"")
+        more: bool = message.get("more_body", False)
+        if chunk and splitter.idle and plain_events(chunk):
+            observer.tick(chunk.count(b"\n\n"))
+            out = chunk
+        else:
+            out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
+            if not more:
+                out += splitter.rest()
+        if not more:
+            if observer.first_event_at is not None:
+                self._metrics.ttft.observe(observer.first_event_at - self._forward.started)
+            self._done(observer.usage)
+        elif not out:
+            return None
+        return message if out is chunk else {**message, "body": out}
+
+    def _done(self, usage: dict[str, Any] | None) -> None:
+        record_finish(self._metrics, self._forward, usage)
+
+
+def _event_stream(headers: list[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            return value.startswith(b"text/event-stream")
+    return False

