@@ -78,8 +78,12 @@ WORKDIR /opt/sparkserve
 COPY --from=source /opt/sparkserve ./
 # The base image already has vLLM, torch, psutil and nvidia-ml-py: keep its versions.
 # Editable, so the code and budget/profiles/*.toml are read from /opt/sparkserve.
+# The embedded gateway (SPARKSERVE_GATEWAY=embedded) runs in vLLM's process and also needs
+# orjson and pydantic-settings, which not every vLLM image has: installed when missing
+# (neither pulls a newer vLLM dependency; the entrypoint's pre-flight imports the gateway).
 # A stale ~/.cache/huggingface from the base image must not shadow the mounted model.
 RUN python3 -m pip install --no-cache-dir --no-deps --editable . \
+    && python3 -m pip install --no-cache-dir "orjson>=3.9" "pydantic-settings>=2.3" \
     && rm -rf /root/.cache/huggingface
 # Run without root (GPUs need none: the NVIDIA runtime passes the device nodes in). Every
 # cache the container writes lives under /cache, where compose mounts the vllm-cache volume;

@@ -185,6 +185,14 @@ SERVING_OPTIONS: tuple[Option, ...] = (
         secret=True,
     ),
     Option(
+        "gateway",
+        parsers.choice(("off", "embedded")),
+        "off",
+        "embedded: serve the sparkserve gateway inside vLLM's API server "
+        "(GATEWAY_* settings; docs/gateway.md); off: plain vLLM.",
+        "off|embedded",
+    ),
+    Option(
         "warmup",
         parsers.switch,
         True,
@@ -272,6 +280,7 @@ class EntrypointConfig:
     cudagraph_mode: str | None
     cudagraph_capture_sizes: tuple[int, ...] | None
     api_key: str | None
+    gateway: str
     warmup: bool
     vllm_extra_args: tuple[str, ...]
     force: bool
@@ -313,6 +322,12 @@ def check_consistency(config: EntrypointConfig) -> None:
     if config.port == config.control_port:
         raise ConfigError(
             f"SPARKSERVE_PORT and SPARKSERVE_CONTROL_PORT are both {config.port}; they must differ"
+        )
+    if config.gateway == "embedded" and config.api_key:
+        raise ConfigError(
+            "SPARKSERVE_API_KEY with SPARKSERVE_GATEWAY=embedded: the gateway's keys "
+            "(GATEWAY_API_KEYS) guard vLLM then, and vLLM's own key would be demanded on "
+            "the same header; unset SPARKSERVE_API_KEY"
         )
     if config.role == "worker" and not config.head_address:
         raise ConfigError(

@@ -14,11 +14,13 @@ from budget.options import PlanOptions
 from budget.plan import Plan, build_plan
 from entrypoint.config import EntrypointConfig
 from entrypoint.errors import ConfigError
+from entrypoint.gateway_mode import BYPASS_ENV, bypass_env, middleware_args
 from entrypoint.hardware import Machine
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 WEIGHTS_PLACEHOLDER = "<SPARKSERVE_WEIGHTS>"
 SECRET_FLAGS = ("--api-key",)
+SECRET_ENV = (BYPASS_ENV,)
 # Where each compile cache goes under SPARKSERVE_CACHE_DIR (env var read by the child).
 CACHE_ENV = {
     "VLLM_CACHE_ROOT": "vllm",
@@ -46,7 +48,8 @@ class Launch:
         for i, word in enumerate(words[:-1]):
             if word in SECRET_FLAGS:
                 words[i + 1] = "***"
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        shown = {k: "***" if k in SECRET_ENV else shlex.quote(v) for k, v in self.env.items()}
+        env = " ".join(f"{k}={v}" for k, v in sorted(shown.items()))
         return (env + " " if env else "") + shlex.join(words)
 
 
@@ -111,7 +114,7 @@ def _serving_args(config: EntrypointConfig) -> list[str]:
     args = ["--host", config.host, "--port", str(config.port)]
     if config.api_key:
         args += ["--api-key", config.api_key]
-    return args
+    return args + middleware_args(config)
 
 
 def interconnect_env(config: EntrypointConfig) -> dict[str, str]:
@@ -135,5 +138,5 @@ def build_launch(config: EntrypointConfig, plan: Plan, console_script: str | Non
         prefix=launcher_prefix(console_script),
         planned_args=planned,
         extra_args=config.vllm_extra_args,
-        env={**cache_env(config.cache_dir), **interconnect_env(config)},
+        env={**cache_env(config.cache_dir), **interconnect_env(config), **bypass_env(config)},
     )

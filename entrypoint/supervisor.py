@@ -23,6 +23,7 @@ from entrypoint.child import VLLMChild, describe_returncode, reap_orphans
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
 from entrypoint.errors import VLLMFailedError
+from entrypoint.gateway_mode import bypass_headers
 from entrypoint.logscan import LogWatcher
 from entrypoint.planning import Launch
 from entrypoint.priority import lower_and_say
@@ -57,8 +58,11 @@ def base_url(config: EntrypointConfig) -> str:
     return f"http://{host}:{config.port}"
 
 
-def make_client(config: EntrypointConfig) -> httpx.Client:
+def make_client(config: EntrypointConfig, launch_env: dict[str, str]) -> httpx.Client:
+    """The client for vLLM's health and warm-up: with vLLM's own key, and round an
+    embedded gateway (gateway_mode.py says why)."""
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    headers |= bypass_headers(launch_env)
     return httpx.Client(
         base_url=base_url(config),
         headers=headers,
@@ -89,7 +93,7 @@ class Supervisor:
         self, ctx: Context, health_interval_seconds: float = HEALTH_INTERVAL_SECONDS
     ) -> None:
         self.ctx = ctx
-        self.client = make_client(ctx.config)
+        self.client = make_client(ctx.config, ctx.launch.env)
         self.started = time.monotonic()
         self.health_interval_seconds = health_interval_seconds
 

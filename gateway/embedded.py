@@ -28,10 +28,11 @@ What differs from the standalone gateway (`python -m gateway`):
   connection, replicas, host and port are ignored (vLLM's own flags set the listener).
   A bad setting stops vLLM's start with one line naming it.
 
-`GATEWAY_EMBEDDED_BYPASS_TOKEN` is for the overhead benchmark only: a request that
-carries `x-sparkserve-bypass: <token>` skips the gateway entirely, so one vLLM
-process can be measured with and without it in the same interleaved run.  Unset (the
-default) nothing can bypass it; set, a warning is logged at start.
+`GATEWAY_EMBEDDED_BYPASS_TOKEN`: a request that carries `x-sparkserve-bypass: <token>`
+skips the gateway entirely.  The entrypoint sets a fresh random one at each start for
+its own health checks and warm-up (not a tenant's traffic); the overhead benchmark
+uses one to measure one vLLM process with and without the gateway in the same
+interleaved run.  Unset (the default for `vllm serve` by hand) nothing can bypass it.
 """
 
 from __future__ import annotations
@@ -83,6 +84,16 @@ def load_embedded_settings(**overrides: Any) -> GatewaySettings:
     return load_settings(**overrides)
 
 
+def startup_check() -> None:
+    """What vLLM's API server will do with the `GATEWAY_*` settings at start, done
+    first (the entrypoint's pre-flight): settings, keys, the salt secret (created in
+    the state directory when none is given, as the server would); `ConfigError`
+    with the one-line reason."""
+    from gateway.app import preparer_of
+
+    preparer_of(load_embedded_settings(), GatewayMetrics.create(CollectorRegistry()), embedded=True)
+
+
 class EmbeddedGateway:
     """ASGI middleware for vLLM's `--middleware` (module docstring).
 
@@ -115,9 +126,9 @@ class EmbeddedGateway:
         secret = self.settings.embedded_bypass_token
         self.bypass: bytes | None = secret.get_secret_value().encode() if secret else None
         if self.bypass:
-            log.warning(
-                "GATEWAY_EMBEDDED_BYPASS_TOKEN is set: requests with %s skip the gateway "
-                "(auth, salts, admission); for benchmarks only",
+            log.info(
+                "GATEWAY_EMBEDDED_BYPASS_TOKEN is set: requests with %s and that token skip "
+                "the gateway (the entrypoint's health checks and warm-up; benchmarks)",
                 BYPASS_HEADER.decode(),
             )
         self.guard = ThermalGuard(

@@ -121,6 +121,20 @@ class GatewaySettings(BaseSettings):
     def _parse_lists(cls, value: Any) -> Any:
         return _split_list(value)
 
+    @field_validator(
+        "api_keys_file",
+        "salt_secret",
+        "upstream_api_key",
+        "embedded_bypass_token",
+        "control_url",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """`VAR=` (as compose writes `${VAR:-}`) means unset, not an empty path (the
+        current directory), an empty secret or an empty bypass token."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("upstream_names")
     @classmethod
     def _check_names(cls, value: list[str]) -> list[str]:

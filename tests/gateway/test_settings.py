@@ -36,6 +36,26 @@ def test_reads_environment(monkeypatch: pytest.MonkeyPatch, make_settings: MakeS
     assert settings.layout_rules == {"ticket": "TICKET-[0-9]+"}
 
 
+def test_an_empty_optional_variable_means_unset(
+    monkeypatch: pytest.MonkeyPatch, make_settings: MakeSettings
+) -> None:
+    """`GATEWAY_X=` (compose's `${GATEWAY_X:-}`) is not the current directory as a key
+    file, an empty salt secret, an empty upstream key or an empty bypass token."""
+    monkeypatch.setenv("GATEWAY_UPSTREAM_URL", "http://vllm:8000")
+    for name in (
+        "GATEWAY_API_KEYS_FILE",
+        "GATEWAY_SALT_SECRET",
+        "GATEWAY_UPSTREAM_API_KEY",
+        "GATEWAY_EMBEDDED_BYPASS_TOKEN",
+        "GATEWAY_CONTROL_URL",
+    ):
+        monkeypatch.setenv(name, " ")
+    settings = load_settings()
+    assert settings.api_keys_file is None and settings.salt_secret is None
+    assert settings.upstream_api_key is None and settings.embedded_bypass_token is None
+    assert settings.control_url is None
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [

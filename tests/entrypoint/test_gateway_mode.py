@@ -1,0 +1,70 @@
+"""SPARKSERVE_GATEWAY=embedded without starting vLLM: the flag, the bypass token kept
+out of the launch line, the settings checked in pre-flight, clashes refused.
+
+The mode itself, a real vLLM started by the entrypoint with the gateway inside it, is
+tested in tests/gateway/test_embedded_vllm.py."""
+
+import pytest
+
+from entrypoint.config import load_config
+from entrypoint.errors import ConfigError, PreflightError
+from entrypoint.gateway_mode import BYPASS_ENV, bypass_headers, check_embedded
+from tests.entrypoint.test_cli import run_entrypoint
+
+
+def test_dry_run_adds_the_middleware_and_hides_the_token(tiny_model_dir):
+    settings = {
+        "SPARKSERVE_MODEL": str(tiny_model_dir),
+        "SPARKSERVE_KV_CACHE_MEMORY_BYTES": "256M",
+        "GATEWAY_AUTH": "off",
+    }
+    done = run_entrypoint("--dry-run", SPARKSERVE_GATEWAY="embedded", **settings)
+    assert done.returncode == 0, done.stderr
+    command = done.stdout.splitlines()[-1]
+    assert "--middleware gateway.embedded.EmbeddedGateway" in command
+    assert f"{BYPASS_ENV}=***" in command
+    plain = run_entrypoint("--dry-run", **settings)
+    assert plain.returncode == 0 and "--middleware" not in plain.stdout
+    assert BYPASS_ENV not in plain.stdout
+
+
+def test_a_bad_gateway_setting_fails_pre_flight_in_one_line(tiny_model_dir):
+    """What vLLM's process would stop on is found before vLLM is started."""
+    done = run_entrypoint(
+        SPARKSERVE_MODEL=str(tiny_model_dir),
+        SPARKSERVE_KV_CACHE_MEMORY_BYTES="256M",
+        SPARKSERVE_GATEWAY="embedded",
+        GATEWAY_AUTH="on",
+        GATEWAY_API_KEYS="",
+        GATEWAY_API_KEYS_FILE="",
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SPARKSERVE_GATEWAY=embedded: GATEWAY_AUTH=on needs" in lines[0]
+    assert "launching" not in done.stdout
+
+
+def test_settings_are_checked_as_vllms_process_reads_them(monkeypatch, tmp_path):
+    config = load_config({"SPARKSERVE_GATEWAY": "embedded"})
+    for name in ("GATEWAY_UPSTREAM_URL", "GATEWAY_API_KEYS", "GATEWAY_API_KEYS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GATEWAY_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GATEWAY_API_KEYS", "team-a:sk-a")
+    check_embedded(config)  # no upstream URL needed: vLLM is the upstream
+    assert (tmp_path / "salt_secret").exists()
+    monkeypatch.setenv("GATEWAY_LAYOUT_RULES", '{"ticket": "TICKET-[0-9"}')
+    with pytest.raises(PreflightError, match="GATEWAY_LAYOUT_RULES.*bad regex"):
+        check_embedded(config)
+    check_embedded(load_config({}))  # off: nothing read
+
+
+def test_vllms_own_key_beside_the_gateway_is_refused():
+    with pytest.raises(ConfigError, match="unset SPARKSERVE_API_KEY"):
+        load_config({"SPARKSERVE_GATEWAY": "embedded", "SPARKSERVE_API_KEY": "sk-x"})
+    with pytest.raises(ConfigError, match="SPARKSERVE_GATEWAY='inside': must be one of"):
+        load_config({"SPARKSERVE_GATEWAY": "inside"})
+
+
+def test_the_bypass_header_comes_only_from_the_launch():
+    assert bypass_headers({}) == {}
+    assert bypass_headers({BYPASS_ENV: "t0k"}) == {"x-sparkserve-bypass": "t0k"}
