@@ -195,7 +195,8 @@ class EmbeddedGateway:
         try:
             relay = _Relay(metrics, forward, count, send)
             await self.app(*_handed_over(scope, receive, forward), relay)
-            outcome = "ok"
+            # vLLM returns quietly from a stream whose client left: that is no `ok`.
+            outcome = "ok" if relay.complete else "cancelled"
         except Exception:
             count(SERVER_ERROR_STATUS)  # vLLM's ServerErrorMiddleware answers 500
             outcome = "protocol"
@@ -343,7 +344,16 @@ class _Relay:
     headers, observes a stream's events (dropping the usage chunk the gateway asked
     for) or a generation's JSON usage, and records the latencies at the end."""
 
-    __slots__ = ("_body", "_count", "_forward", "_metrics", "_observer", "_send", "_splitter")
+    __slots__ = (
+        "_body",
+        "_count",
+        "_forward",
+        "_metrics",
+        "_observer",
+        "_send",
+        "_splitter",
+        "complete",
+    )
 
     def __init__(
         self, metrics: GatewayMetrics, forward: Forward, count: RequestCount, send: Send
@@ -355,6 +365,7 @@ class _Relay:
         self._observer: StreamObserver | None = None
         self._splitter = EventSplitter()
         self._body: list[bytes] | None = None  # a generation's JSON body, for its usage
+        self.complete = False  # the response's last body message was sent
 
     async def __call__(self, message: Message) -> None:
         kind = message["type"]
@@ -371,6 +382,8 @@ class _Relay:
                 if not message.get("more_body", False):
                     self._done(usage_of(200, b"".join(self._body)))
         await self._send(message)
+        if kind == "http.response.body" and not message.get("more_body", False):
+            self.complete = True
 
     def _start(self, message: Message) -> Message:
         status: int = message["status"]

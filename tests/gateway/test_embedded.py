@@ -20,6 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.embedded import EmbeddedGateway
 from tests.gateway.conftest import ALICE_KEY, MakeSettings
+from tests.gateway.server import serve
 
 REPO = Path(__file__).resolve().parents[2]
 CHAT = "/v1/chat/completions"
@@ -167,3 +168,40 @@ def test_split_events_are_joined_and_the_split_usage_chunk_dropped(
     assert _body(sent) == token + b"data: [DONE]\n\n"
     tokens = registry.get_sample_value("gateway_completion_tokens_total", {"tenant": "alice"})
     assert tokens == 1
+
+
+def test_the_thermal_guard_polls_beside_vllms_lifespan(make_settings: MakeSettings) -> None:
+    """With GATEWAY_CONTROL_URL the guard runs for as long as vLLM's lifespan does: a
+    hot GPU on the control endpoint lowers the limit; at shutdown the poll stops."""
+    hot = 'sparkserve_gpu_temperature_celsius{gpu="0"} 95.0\n'
+
+    async def control(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": hot.encode()})
+
+    registry = CollectorRegistry()
+    with serve(control, front=False) as url:
+        settings = make_settings(
+            control_url=url, thermal_poll_seconds=0.05, max_concurrency=8, auth="off"
+        )
+        gateway = EmbeddedGateway(Inner(), settings, registry)
+        limits: list[float | None] = []
+
+        async def receive() -> Message:
+            if not limits:
+                limits.append(registry.get_sample_value("gateway_concurrency_limit"))
+                return {"type": "lifespan.startup"}
+            for _ in range(100):  # up to 5 s for the first poll
+                await asyncio.sleep(0.05)
+                if registry.get_sample_value("gateway_concurrency_limit") != limits[0]:
+                    break
+            limits.append(registry.get_sample_value("gateway_concurrency_limit"))
+            return {"type": "lifespan.shutdown"}
+
+        async def send(message: Message) -> None:
+            pass
+
+        asyncio.run(asyncio.wait_for(gateway({"type": "lifespan"}, receive, send), 10))
+    assert limits == [8.0, 4.0]

@@ -14,7 +14,11 @@ layout header; tenant cache isolation and the layout's cache hits across timesta
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import secrets
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -71,13 +75,19 @@ def embedded_start(
         while run.ready()[0] != 200:
             assert run.proc.poll() is None, f"entrypoint exited:\n{run.log()[-4000:]}"
             assert time.monotonic() < deadline, f"not ready:\n{run.log()[-4000:]}"
+            run.note_descendants()  # vLLM runs in a session of its own: close() needs them
             time.sleep(0.5)
         log = run.log()
         assert "--middleware gateway.embedded.EmbeddedGateway" in log
         assert "embedded gateway: GATEWAY_* settings ok" in log
         yield f"http://127.0.0.1:{port}", log
     finally:
-        run.close()
+        run.note_descendants()
+        if run.proc.poll() is None:  # the entrypoint stops vLLM on SIGTERM
+            os.kill(run.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                run.proc.wait(60)
+        run.close()  # and whatever is left is killed
 
 
 def test_the_entrypoints_own_requests_go_round_the_gateway(
@@ -275,6 +285,8 @@ def test_past_the_per_key_limit_a_429_with_retry_after(embedded: str) -> None:
 
 def test_a_client_leaving_mid_stream_aborts_the_vllm_request(embedded: str) -> None:
     body = {"model": "tiny", "prompt": "go", "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    cancelled = {"replica": "embedded", "outcome": "cancelled"}
+    before = _metric(embedded, "gateway_upstream_requests_total", cancelled)
     with (
         httpx.Client(timeout=60) as client,
         client.stream(
@@ -295,3 +307,8 @@ def test_a_client_leaving_mid_stream_aborts_the_vllm_request(embedded: str) -> N
     cleared = time.monotonic() - left
     print(f"\nvllm:num_requests_running back to 0 {cleared * 1000:.0f} ms after the client left")
     assert running == 0 and cleared < 1.0
+    counted = before
+    while counted == before and time.monotonic() - left < 10:
+        counted = _metric(embedded, "gateway_upstream_requests_total", cancelled)
+    print(f"counted as cancelled after {(time.monotonic() - left) * 1000:.0f} ms")
+    assert counted == before + 1
