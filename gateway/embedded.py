@@ -75,6 +75,10 @@ _NO_UPSTREAM = "http://vllm.embedded"
 # vLLM's own probes and metrics, answered without a key (as vLLM does).
 OPEN_PATHS = frozenset({"/health", "/metrics", "/ping", "/version", "/load"})
 _LIVE_BODY = b'{"status":"ok"}'
+# Headers of the client's request that vLLM's handler gets otherwise (or not at all).
+_REPLACED_HEADERS = frozenset(
+    {b"content-length", b"transfer-encoding", b"content-type", b"authorization"}
+)
 
 
 def load_embedded_settings(**overrides: Any) -> GatewaySettings:
@@ -248,6 +252,7 @@ class EmbeddedGateway:
                     self.metrics.rejected.labels(reason).inc()
                 await send_json_error(send, error)
                 return
+            scope = _without_key(scope)
         await self.app(scope, receive, send)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -258,7 +263,7 @@ class EmbeddedGateway:
             self.metrics.rejected.labels("unauthorized").inc()
             await send({"type": "websocket.close", "code": 1008})
             return
-        await self.app(scope, receive, send)
+        await self.app(_without_key(scope), receive, send)
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         """vLLM's lifespan runs as long as the server: the thermal poll runs beside it."""
@@ -303,15 +308,12 @@ def _open(scope: Scope) -> bool:
 
 def _handed_over(scope: Scope, receive: Receive, forward: Forward) -> tuple[Scope, Receive]:
     """The scope and `receive` vLLM's handler gets: the prepared body in one message
-    (with its length in the headers), then the client's own messages (disconnect)."""
+    (with its length in the headers), then the client's own messages (disconnect).
+    The client's key stays with the gateway, as the standalone one never forwards it."""
     body = forward.body
     if body is None:
-        return scope, receive
-    headers = [
-        (name, value)
-        for name, value in scope["headers"]
-        if name not in (b"content-length", b"transfer-encoding", b"content-type")
-    ]
+        return _without_key(scope), receive
+    headers = [(name, value) for name, value in scope["headers"] if name not in _REPLACED_HEADERS]
     headers += [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     given = False
 
@@ -323,6 +325,11 @@ def _handed_over(scope: Scope, receive: Receive, forward: Forward) -> tuple[Scop
         return await receive()
 
     return {**scope, "headers": headers}, handed_receive
+
+
+def _without_key(scope: Scope) -> Scope:
+    headers = [(name, value) for name, value in scope["headers"] if name != b"authorization"]
+    return {**scope, "headers": headers}
 
 
 async def _answer(send: Send, status: int, body: bytes) -> None:

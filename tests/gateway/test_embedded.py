@@ -205,3 +205,25 @@ def test_the_thermal_guard_polls_beside_vllms_lifespan(make_settings: MakeSettin
 
         asyncio.run(asyncio.wait_for(gateway({"type": "lifespan"}, receive, send), 10))
     assert limits == [8.0, 4.0]
+
+
+def test_the_clients_key_never_reaches_vllm(make_settings: MakeSettings) -> None:
+    """As the standalone gateway never forwards it: not on the prepared routes, not on
+    vLLM's other guarded paths, not on a websocket."""
+    inner = Inner()
+    gateway = EmbeddedGateway(inner, make_settings(), CollectorRegistry())
+    key = f"Bearer {ALICE_KEY}"
+    body = b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}]}'
+    assert _status(_call(gateway, _http(authorization=key), body)) == 200
+    assert _status(_call(gateway, _http("/v1/models", "GET", authorization=key))) == 200
+    assert _status(_call(gateway, _http("/detokenize", authorization=key), b"{}")) == 200
+    socket = {
+        "type": "websocket",
+        "path": "/v1/realtime",
+        "headers": [(b"authorization", key.encode())],
+        "query_string": b"",
+    }
+    _call(gateway, socket)
+    assert len(inner.calls) == 4
+    for scope, _ in inner.calls:
+        assert all(name != b"authorization" for name, _ in scope["headers"]), scope["path"]
