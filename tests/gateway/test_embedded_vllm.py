@@ -8,7 +8,8 @@ concurrency limit without a queue.  Through the official
 probes; streaming with the injected usage chunk dropped and a client's own kept; the
 layout header; tenant cache isolation and the layout's cache hits across timestamps;
 400/413/429 as OpenAI-shaped errors; a disconnect aborting the vLLM request; the
-`gateway_*` metrics on vLLM's own `/metrics`.
+`gateway_*` metrics on vLLM's own `/metrics`, enough for every panel of the gateway
+dashboard through a real Prometheus that scrapes only vLLM.
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ import pytest
 from tests.entrypoint.run import EntrypointRun
 from tests.gateway.conftest import ALICE_KEY, BOB_KEY, TEST_KEYS
 from tests.gateway.test_vllm import CPU_BLOCK_TOKENS, _agent_turns, _chat_cached, _text
+from tests.integration import traffic
+from tests.integration.dashboards import DASHBOARD_DIR as DASHBOARDS
+from tests.integration.dashboards import queries
+from tests.integration.prom import Prometheus, finite_values
 from tests.vllm_proc import STARTUP_TIMEOUT_S, free_port
+from tools.demo import prometheus_config
 
 pytestmark = pytest.mark.vllm
 
@@ -312,3 +318,30 @@ def test_a_client_leaving_mid_stream_aborts_the_vllm_request(embedded: str) -> N
         counted = _metric(embedded, "gateway_upstream_requests_total", cancelled)
     print(f"counted as cancelled after {(time.monotonic() - left) * 1000:.0f} ms")
     assert counted == before + 1
+
+
+def test_the_gateway_dashboard_has_data_from_vllms_own_scrape(
+    embedded: str, tmp_path: Path
+) -> None:
+    """In this mode there is no gateway service to scrape: a real Prometheus with only
+    its `vllm` job (vLLM's /metrics, where the gateway_* series now are) gives every
+    expression of the gateway dashboard data after traffic through the gateway."""
+    jobs = {"vllm": [embedded.removeprefix("http://")], "entrypoint": [], "gateway": []}
+    prometheus = Prometheus(tmp_path / "prometheus", prometheus_config(jobs, "1s"))
+    try:
+        prometheus.wait_ready()
+        prometheus.wait_targets_up(1)
+        started = time.time()
+        statuses = traffic.through_gateway(embedded, (ALICE_KEY, BOB_KEY))
+        assert statuses["session"] == [200] * 4 and statuses["bad_key"] == [401]
+        assert 429 in statuses["burst"] and 200 in statuses["burst"]
+        time.sleep(4.0)  # a few 1 s scrapes after the traffic
+        window = f"{int(time.time() - started) + 30}s"
+        empty = []
+        for query in queries(DASHBOARDS / "gateway.json"):
+            expr = query.substituted("tiny", window)
+            if not finite_values(prometheus.query(expr)):
+                empty.append(query.name)
+        assert empty == []
+    finally:
+        prometheus.stop()
