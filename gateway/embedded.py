@@ -69,12 +69,15 @@ from gateway.thermal import ThermalGuard
 log = logging.getLogger(__name__)
 
 REPLICA = "embedded"
+# gateway_upstream_requests_total outcomes here: served, client left, handler raised.
+OUTCOMES = ("ok", "cancelled", "protocol")
 BYPASS_HEADER = b"x-sparkserve-bypass"
 # Placeholder for the standalone gateway's required upstream URL: unused here.
 _NO_UPSTREAM = "http://vllm.embedded"
 # vLLM's own probes and metrics, answered without a key (as vLLM does).
 OPEN_PATHS = frozenset({"/health", "/metrics", "/ping", "/version", "/load"})
 _LIVE_BODY = b'{"status":"ok"}'
+_DONE_EVENT = b"data: [DONE]\n\n"  # how vLLM ends a stream, in a message of its own
 # Headers of the client's request that vLLM's handler gets otherwise (or not at all).
 _REPLACED_HEADERS = frozenset(
     {b"content-length", b"transfer-encoding", b"content-type", b"authorization"}
@@ -126,6 +129,11 @@ class EmbeddedGateway:
         self.admission = admission_of(self.settings)
         self.metrics.concurrency_limit.set(self.settings.max_concurrency)
         self.metrics.upstream_healthy.labels(REPLICA).set(1)
+        # vLLM's handler as the one replica: its children made once (several per request).
+        self._replica_in_flight = self.metrics.upstream_in_flight.labels(REPLICA)
+        self._outcomes = {
+            outcome: self.metrics.upstream_requests.labels(REPLICA, outcome) for outcome in OUTCOMES
+        }
         self.routes = {("POST", path): path for path in JSON_ROUTES} | {("GET", MODELS): MODELS}
         secret = self.settings.embedded_bypass_token
         self.bypass: bytes | None = secret.get_secret_value().encode() if secret else None
@@ -194,7 +202,7 @@ class EmbeddedGateway:
             return
         metrics.queue_wait.observe(waited)
         metrics.in_flight.inc()
-        metrics.upstream_in_flight.labels(REPLICA).inc()
+        self._replica_in_flight.inc()
         outcome = "cancelled"
         try:
             relay = _Relay(metrics, forward, count, send)
@@ -207,8 +215,8 @@ class EmbeddedGateway:
             raise
         finally:
             metrics.in_flight.dec()
-            metrics.upstream_in_flight.labels(REPLICA).dec()
-            metrics.upstream_requests.labels(REPLICA, outcome).inc()
+            self._replica_in_flight.dec()
+            self._outcomes[outcome].inc()
             self.admission.release(key)
             count(CLIENT_CLOSED_STATUS)  # no response started: the client left first
 
@@ -370,26 +378,41 @@ class _Relay:
         self._count = count
         self._send = send
         self._observer: StreamObserver | None = None
-        self._splitter = EventSplitter()
+        # Made when a chunk is not whole plain events (vLLM writes one event a message).
+        self._splitter: EventSplitter | None = None
         self._body: list[bytes] | None = None  # a generation's JSON body, for its usage
         self.complete = False  # the response's last body message was sent
 
     async def __call__(self, message: Message) -> None:
-        kind = message["type"]
-        if kind == "http.response.start":
-            message = self._start(message)
-        elif kind == "http.response.body":
-            if self._observer is not None:
-                out = self._events(message)
+        if message["type"] != "http.response.body":
+            if message["type"] == "http.response.start":
+                message = self._start(message)
+            await self._send(message)
+            return
+        more: bool = message.get("more_body", False)
+        observer = self._observer
+        if observer is not None:
+            chunk: bytes = message.get("body", b"")
+            if self._splitter is None and (
+                not chunk or chunk == _DONE_EVENT or plain_events(chunk)
+            ):
+                # The hot path: whole token events (or the end, or nothing) pass as they are.
+                if chunk and chunk != _DONE_EVENT:
+                    observer.tick(chunk.count(b"\n\n"))
+            else:
+                out = self._events(observer, chunk, more)
                 if out is None:
                     return
-                message = out
-            elif self._body is not None:
-                self._body.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    self._done(usage_of(200, b"".join(self._body)))
+                if out is not chunk:
+                    message = {**message, "body": out}
+            if not more:
+                self._finish_stream(observer)
+        elif self._body is not None:
+            self._body.append(message.get("body", b""))
+            if not more:
+                self._done(usage_of(200, b"".join(self._body)))
         await self._send(message)
-        if kind == "http.response.body" and not message.get("more_body", False):
+        if not more:
             self.complete = True
 
     def _start(self, message: Message) -> Message:
@@ -408,27 +431,24 @@ class _Relay:
                 self._done(None)
         return {**message, "headers": headers}
 
-    def _events(self, message: Message) -> Message | None:
-        """The body message to send on, or None to send nothing (an injected usage
-        chunk dropped mid-stream).  Whole plain token events pass untouched."""
-        observer, splitter = self._observer, self._splitter
-        assert observer is not None
-        chunk: bytes = message.get("body", b"")
-        more: bool = message.get("more_body", False)
-        if chunk and splitter.idle and plain_events(chunk):
-            observer.tick(chunk.count(b"\n\n"))
-            out = chunk
-        else:
-            out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
-            if not more:
-                out += splitter.rest()
+    def _events(self, observer: StreamObserver, chunk: bytes, more: bool) -> bytes | None:
+        """What to send of a chunk that is not whole plain events (an event cut across
+        messages, the usage chunk), or None to send nothing mid-stream (the injected
+        usage chunk dropped)."""
+        if self._splitter is None:
+            self._splitter = EventSplitter()
+        splitter = self._splitter
+        out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
         if not more:
-            if observer.first_event_at is not None:
-                self._metrics.ttft.observe(observer.first_event_at - self._forward.started)
-            self._done(observer.usage)
+            out += splitter.rest()
         elif not out:
             return None
-        return message if out is chunk else {**message, "body": out}
+        return chunk if out == chunk else out
+
+    def _finish_stream(self, observer: StreamObserver) -> None:
+        if observer.first_event_at is not None:
+            self._metrics.ttft.observe(observer.first_event_at - self._forward.started)
+        self._done(observer.usage)
 
     def _done(self, usage: dict[str, Any] | None) -> None:
         record_finish(self._metrics, self._forward, usage)
