@@ -206,9 +206,9 @@ class EmbeddedGateway:
         outcome = "cancelled"
         try:
             relay = _Relay(metrics, forward, count, send)
-            await self.app(*_handed_over(scope, receive, forward), relay)
-            # vLLM returns quietly from a stream whose client left: that is no `ok`.
-            outcome = "ok" if relay.complete else "cancelled"
+            await self.app(*_handed_over(scope, receive, forward, relay), relay)
+            # vLLM may end a stream whose client left as if it were done: no `ok`.
+            outcome = "ok" if relay.complete and not relay.left_early else "cancelled"
         except Exception:
             count(SERVER_ERROR_STATUS)  # vLLM's ServerErrorMiddleware answers 500
             outcome = "protocol"
@@ -314,24 +314,30 @@ def _open(scope: Scope) -> bool:
     )
 
 
-def _handed_over(scope: Scope, receive: Receive, forward: Forward) -> tuple[Scope, Receive]:
+def _handed_over(
+    scope: Scope, receive: Receive, forward: Forward, relay: _Relay
+) -> tuple[Scope, Receive]:
     """The scope and `receive` vLLM's handler gets: the prepared body in one message
-    (with its length in the headers), then the client's own messages (disconnect).
-    The client's key stays with the gateway, as the standalone one never forwards it."""
+    (with its length in the headers), then the client's own messages, a disconnect
+    noted on `relay`.  The client's key stays with the gateway, as the standalone one
+    never forwards it."""
     body = forward.body
-    if body is None:
-        return _without_key(scope), receive
-    headers = [(name, value) for name, value in scope["headers"] if name not in _REPLACED_HEADERS]
-    headers += [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    given = False
+    given = body is None
 
     async def handed_receive() -> Message:
         nonlocal given
         if not given:
             given = True
             return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            relay.client_left()
+        return message
 
+    if body is None:
+        return _without_key(scope), handed_receive
+    headers = [(name, value) for name, value in scope["headers"] if name not in _REPLACED_HEADERS]
+    headers += [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     return {**scope, "headers": headers}, handed_receive
 
 
@@ -368,6 +374,7 @@ class _Relay:
         "_send",
         "_splitter",
         "complete",
+        "left_early",
     )
 
     def __init__(
@@ -382,6 +389,7 @@ class _Relay:
         self._splitter: EventSplitter | None = None
         self._body: list[bytes] | None = None  # a generation's JSON body, for its usage
         self.complete = False  # the response's last body message was sent
+        self.left_early = False  # the client left before that
 
     async def __call__(self, message: Message) -> None:
         if message["type"] != "http.response.body":
@@ -414,6 +422,11 @@ class _Relay:
         await self._send(message)
         if not more:
             self.complete = True
+
+    def client_left(self) -> None:
+        """vLLM's handler heard the client leave (uvicorn's send then drops what follows)."""
+        if not self.complete:
+            self.left_early = True
 
     def _start(self, message: Message) -> Message:
         status: int = message["status"]

@@ -223,8 +223,11 @@ def test_the_layout_keeps_the_prefix_when_the_timestamp_changes(embedded: str) -
         prompt.append(usage["prompt_tokens"])
         cached.append((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
     print(f"\nprompt tokens {prompt}, cached {cached}")
+    # Each turn reuses the previous one's blocks up to where the moved values (now at
+    # the end) and the new turn begin: all but the last one or two blocks.  With the
+    # time and id still at the top, nothing past the first block would match.
     for previous, hit in zip(prompt, cached[1:], strict=False):
-        assert hit >= CPU_BLOCK_TOKENS * (previous // CPU_BLOCK_TOKENS - 1)
+        assert hit >= CPU_BLOCK_TOKENS * (previous // CPU_BLOCK_TOKENS - 2)
 
 
 def test_bad_requests_get_openai_errors(embedded: str) -> None:
@@ -251,42 +254,31 @@ def test_bad_requests_get_openai_errors(embedded: str) -> None:
 
 
 def test_past_the_per_key_limit_a_429_with_retry_after(embedded: str) -> None:
-    """Alice holds her two slots with two long streams; her third request is refused at
-    once (no queue here), Bob's is served: the limit is per key."""
-    body = {"model": "tiny", "prompt": "go", "max_tokens": 1000, "ignore_eos": True}
+    """Three of Alice's requests and one of Bob's arrive together: two of hers take her
+    slots, the third is refused at once (no queue here), Bob's is served: the limit is
+    per key.  They arrive together because the admission runs on vLLM's own loop: on
+    this tiny model, once vLLM generates, its API server takes up new requests only
+    when the generation ends (a /metrics asked mid-generation took 4 s), and a request
+    sent while two others stream would find their slots free again."""
+    body = {"model": "tiny", "prompt": "go", "max_tokens": 300, "ignore_eos": True}
 
-    async def hold(client: httpx.AsyncClient, streaming: asyncio.Event, done: asyncio.Event) -> int:
-        async with client.stream(
-            "POST",
-            f"{embedded}/v1/completions",
-            json={**body, "stream": True},
-            headers=_auth(ALICE_KEY),
-        ) as response:
-            async for _ in response.aiter_bytes():
-                streaming.set()
-                if done.is_set():
-                    break  # leaving frees the slot
-            return response.status_code
-
-    async def run() -> tuple[httpx.Response, httpx.Response, list[int]]:
+    async def run() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=120) as client:
-            done = asyncio.Event()
-            started = [asyncio.Event() for _ in range(PER_KEY)]
-            holders = [asyncio.create_task(hold(client, event, done)) for event in started]
-            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
-            short = {**body, "max_tokens": 1}
-            alice, bob = await asyncio.gather(
-                client.post(f"{embedded}/v1/completions", json=short, headers=_auth(ALICE_KEY)),
-                client.post(f"{embedded}/v1/completions", json=short, headers=_auth(BOB_KEY)),
+            url = f"{embedded}/v1/completions"
+            keys = [ALICE_KEY] * (PER_KEY + 1) + [BOB_KEY]
+            return list(
+                await asyncio.gather(
+                    *(client.post(url, json=body, headers=_auth(key)) for key in keys)
+                )
             )
-            done.set()
-            return alice, bob, list(await asyncio.gather(*holders))
 
-    alice, bob, held = asyncio.run(run())
-    print(f"\nalice's third request {alice.status_code}, bob's {bob.status_code}, held {held}")
-    assert held == [200] * PER_KEY and bob.status_code == 200
-    assert alice.status_code == 429 and alice.headers["retry-after"] == "1"
-    assert alice.json()["error"]["type"] == "rate_limit_error"
+    *alice, bob = asyncio.run(run())
+    statuses = sorted(response.status_code for response in alice)
+    print(f"\nalice's {statuses}, bob's {bob.status_code}")
+    assert statuses == [200] * PER_KEY + [429] and bob.status_code == 200
+    refused = next(response for response in alice if response.status_code == 429)
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["type"] == "rate_limit_error"
 
 
 def test_a_client_leaving_mid_stream_aborts_the_vllm_request(embedded: str) -> None:
@@ -334,7 +326,9 @@ def test_the_gateway_dashboard_has_data_from_vllms_own_scrape(
         started = time.time()
         statuses = traffic.through_gateway(embedded, (ALICE_KEY, BOB_KEY))
         assert statuses["session"] == [200] * 4 and statuses["bad_key"] == [401]
-        assert 429 in statuses["burst"] and 200 in statuses["burst"]
+        # The burst's 429s depend on its streams arriving before vLLM's loop is busy
+        # generating (see the 429 test); the panels do not need one.
+        assert set(statuses["burst"]) <= {200, 429} and 200 in statuses["burst"]
         time.sleep(4.0)  # a few 1 s scrapes after the traffic
         window = f"{int(time.time() - started) + 30}s"
         empty = []
