@@ -22,8 +22,10 @@ What differs from the standalone gateway (`python -m gateway`):
 - vLLM's other routes stay served: `/health`, `/metrics`, `/ping`, `/version`, `/load`
   and CORS preflights openly, every other path only with a valid key (as the standalone
   gateway's proxied routes); they are passed to vLLM as they are (no salt, no layout,
-  no admission slot).  `/healthz` answers 200 while the process serves, `/readyz` is
-  vLLM's `/health`;
+  no admission slot) but for the client's key, which never reaches vLLM's handlers.
+  `/healthz` answers 200 while the process serves, `/readyz` is vLLM's `/health`;
+- admission runs on vLLM's loop: a request is admitted when vLLM's API server takes it
+  up, which a saturated loop delays (docs/gateway.md);
 - settings are the standalone gateway's `GATEWAY_*` variables; those about the upstream
   connection, replicas, host and port are ignored (vLLM's own flags set the listener).
   A bad setting stops vLLM's start with one line naming it.
