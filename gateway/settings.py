@@ -110,8 +110,8 @@ class GatewaySettings(BaseSettings):
     )
     embedded_bypass_token: SecretStr | None = Field(
         None,
-        description="embedded mode, benchmarks only: requests with this x-sparkserve-bypass "
-        "header skip the gateway",
+        description="embedded mode: requests with this x-sparkserve-bypass header skip the "
+        "gateway (the entrypoint's own requests; benchmarks)",
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: OnOff = Field("off", description="uvicorn access log")
