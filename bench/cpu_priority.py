@@ -41,7 +41,7 @@ import httpx
 import psutil
 
 from bench.gateway_overhead import wait_ready
-from bench.launcher import free_port
+from bench.launcher import free_port, vllm_server_argv
 from bench.schedwait import run_queue_wait
 from bench.stats import percentile
 from entrypoint.priority import autogroup_enabled, autogroup_nice, set_autogroup_nice
@@ -249,18 +249,7 @@ def _run(args: argparse.Namespace) -> int:
         vllm_port, gateway_port = free_port(), free_port()
         vllm_url = f"http://127.0.0.1:{vllm_port}"
         env = {**os.environ, **QUIET_ENV}
-        vllm_argv = [
-            sys.executable,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(vllm_port),
-            *VLLM_ARGS,
-        ]
+        vllm_argv = vllm_server_argv(model, vllm_port, VLLM_ARGS)
         gateway_env = {
             **env,
             "GATEWAY_UPSTREAM_URL": vllm_url,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench.cpu_priority import QUIET_ENV, START_TIMEOUT_SECONDS, started
 from bench.gateway_overhead import wait_ready
-from bench.launcher import free_port
+from bench.launcher import free_port, vllm_server_argv
 from entrypoint.priority import lower_priority
 from tools.sigterm import run_interruptible
 from tools.tiny_model import write_tiny_model
@@ -81,18 +81,7 @@ def _run(args: list[str]) -> int:
             "GATEWAY_STATE_DIR": str(work / "gateway"),
             "GATEWAY_EMBEDDED_BYPASS_TOKEN": token,
         }
-        argv = [
-            sys.executable,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            *VLLM_ARGS,
-        ]
+        argv = vllm_server_argv(model, port, VLLM_ARGS)
         print("starting vLLM (tiny model) with the embedded gateway …", file=sys.stderr, flush=True)
         with started(argv, env, work / "vllm.log") as vllm:
             for problem in lower_priority(vllm.pid, VLLM_NICE):

@@ -22,10 +22,26 @@ from types import TracebackType
 import httpx
 
 from bench.errors import LaunchError
+from entrypoint.planning import launcher_prefix
 
 DEFAULT_LAUNCHER = (sys.executable, "-m", "entrypoint")
 POLL_S = 1.0
 LOG_TAIL_CHARS = 3000
+
+
+def vllm_server_argv(model: str | Path, port: int, args: Sequence[str]) -> list[str]:
+    """vLLM's OpenAI server on 127.0.0.1:`port` serving `model` with `args`, started as
+    the entrypoint starts it without a console script (entrypoint/planning.py)."""
+    return [
+        *launcher_prefix(None),
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *args,
+    ]
 
 
 def free_port() -> int:

@@ -52,8 +52,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.app import JSON_ROUTES, admission_of, preparer_of
 from gateway.errors import ConfigError, GatewayError, Overloaded
-from gateway.fastroutes import MODELS, RequestCount
+from gateway.fastroutes import RequestCount, route_table
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import (
     CLIENT_CLOSED_STATUS,
@@ -98,8 +99,6 @@ def startup_check() -> None:
     first (the entrypoint's pre-flight): settings, keys, the salt secret (created in
     the state directory when none is given, as the server would); `ConfigError`
     with the one-line reason."""
-    from gateway.app import preparer_of
-
     preparer_of(load_embedded_settings(), GatewayMetrics.create(CollectorRegistry()), embedded=True)
 
 
@@ -116,8 +115,6 @@ class EmbeddedGateway:
         settings: GatewaySettings | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
-        from gateway.app import JSON_ROUTES, admission_of, preparer_of
-
         self.app = app
         _log_to_stderr()
         try:
@@ -136,7 +133,7 @@ class EmbeddedGateway:
         self._outcomes = {
             outcome: self.metrics.upstream_requests.labels(REPLICA, outcome) for outcome in OUTCOMES
         }
-        self.routes = {("POST", path): path for path in JSON_ROUTES} | {("GET", MODELS): MODELS}
+        self.routes = route_table(JSON_ROUTES)
         secret = self.settings.embedded_bypass_token
         self.bypass: bytes | None = secret.get_secret_value().encode() if secret else None
         if self.bypass:
@@ -184,7 +181,7 @@ class EmbeddedGateway:
         metrics = self.metrics
         count = RequestCount(metrics, route)
         try:
-            forward = await self._prepare(route, scope, receive)
+            forward = await self.preparer.prepare(route, scope, receive)
         except ClientDisconnect:  # the client left while sending its body
             count(CLIENT_CLOSED_STATUS)
             return
@@ -222,18 +219,8 @@ class EmbeddedGateway:
             self.admission.release(key)
             count(CLIENT_CLOSED_STATUS)  # no response started: the client left first
 
-    async def _prepare(self, route: str, scope: Scope, receive: Receive) -> Forward:
-        error = headers_error(scope)
-        if error is not None:
-            raise error
-        request = Incoming(scope, receive)
-        principal = self.preparer.principal(request)
-        if route == MODELS:
-            return self.preparer.plain(request, route, principal)
-        return await self.preparer.json_call(request, route, principal)
-
     async def _refuse(self, send: Send, count: RequestCount, error: GatewayError) -> None:
-        reason = error.reason if isinstance(error, Overloaded) else rejection_reason(error)
+        reason = rejection_reason(error)
         if reason is not None:
             self.metrics.rejected.labels(reason).inc()
         count(error.status_code)

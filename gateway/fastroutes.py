@@ -28,18 +28,16 @@ from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics, status_class
 from gateway.middleware import (
     CLIENT_CLOSED_STATUS,
-    headers_error,
     rejection_reason,
     send_json_error,
 )
-from gateway.prepare import Incoming, Preparer
-from gateway.proxy import Forward, ProxyDeps, ProxyResponse
+from gateway.prepare import MODELS, Preparer
+from gateway.proxy import ProxyDeps, ProxyResponse
 
 if TYPE_CHECKING:
     from gateway.front import Front
 
 log = logging.getLogger(__name__)
-MODELS = "/v1/models"
 
 
 @dataclass
@@ -56,11 +54,16 @@ class RequestCount:
             self.metrics.requests.labels(self.route, status_class(status)).inc()
 
 
+def route_table(json_paths: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """(method, path) → path of every proxied route: POST on the JSON ones, GET models."""
+    return {("POST", path): path for path in json_paths} | {("GET", MODELS): MODELS}
+
+
 class FastRoutes:
     """`match(scope)` says whether a request is one of the proxied routes; `serve` serves it."""
 
     def __init__(self, json_paths: tuple[str, ...], preparer: Preparer, deps: ProxyDeps) -> None:
-        self.routes = {("POST", path): path for path in json_paths} | {("GET", MODELS): MODELS}
+        self.routes = route_table(json_paths)
         self.preparer = preparer
         self.deps = deps
 
@@ -75,7 +78,7 @@ class FastRoutes:
         metrics = self.deps.metrics
         count = RequestCount(metrics, path)
         try:
-            forward = await self._prepare(path, scope, receive)
+            forward = await self.preparer.prepare(path, scope, receive)
         except ClientDisconnect:  # the client left while sending its body
             count(CLIENT_CLOSED_STATUS)
             return
@@ -104,13 +107,3 @@ class FastRoutes:
                 await send_json_error(send, GatewayError("Internal gateway error."))
         finally:
             count(CLIENT_CLOSED_STATUS)  # no response started: the client left first
-
-    async def _prepare(self, path: str, scope: Scope, receive: Receive) -> Forward:
-        error = headers_error(scope)
-        if error is not None:
-            raise error
-        request = Incoming(scope, receive)
-        principal = self.preparer.principal(request)
-        if path == MODELS:
-            return self.preparer.plain(request, path, principal)
-        return await self.preparer.json_call(request, path, principal)

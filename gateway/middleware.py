@@ -9,6 +9,7 @@ from gateway.errors import (
     BodyTooLarge,
     GatewayError,
     HeadersTooLarge,
+    Overloaded,
     Unauthorized,
 )
 from gateway.metrics import GatewayMetrics, status_class
@@ -29,7 +30,10 @@ _REASONS: tuple[tuple[type[GatewayError], str], ...] = (
 
 
 def rejection_reason(error: GatewayError) -> str | None:
-    """The `gateway_rejected_total` reason for an error the gateway raised itself."""
+    """The `gateway_rejected_total` reason for an error the gateway raised itself
+    (admission's own: `queue_full`, `queue_timeout`)."""
+    if isinstance(error, Overloaded):
+        return error.reason
     for kind, reason in _REASONS:
         if isinstance(error, kind):
             return reason

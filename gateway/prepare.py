@@ -19,11 +19,13 @@ from gateway.divergence import DivergenceTracker, session_key
 from gateway.errors import BadRequest, BodyTooLarge
 from gateway.layout import VolatileMatcher, rewrite_chat
 from gateway.metrics import GatewayMetrics
+from gateway.middleware import headers_error
 from gateway.proxy import Forward
 from gateway.routing import affinity_key
 from gateway.tenancy import Authenticator, Principal, SaltMaker
 from gateway.upstream import forward_headers
 
+MODELS = "/v1/models"
 LAYOUT_HEADER_NAME = "x-sparkserve-layout"
 LAYOUT_HEADER = LAYOUT_HEADER_NAME.encode()
 SESSION_HEADER = b"x-session-id"
@@ -80,6 +82,18 @@ class Preparer:
     # Only a request sent over HTTP needs its headers filtered for the upstream (the
     # embedded gateway hands vLLM the client's own, gateway/embedded.py).
     headers_needed: bool = True
+
+    async def prepare(self, path: str, scope: Scope, receive: Receive) -> Forward:
+        """The `Forward` of one request to a proxied route (`GET /v1/models`: no body);
+        the header limits first, then the key, then the body."""
+        error = headers_error(scope)
+        if error is not None:
+            raise error
+        request = Incoming(scope, receive)
+        principal = self.principal(request)
+        if path == MODELS:
+            return self.plain(request, path, principal)
+        return await self.json_call(request, path, principal)
 
     def principal(self, request: Incoming) -> Principal:
         return self.auth.authenticate(request.header(b"authorization"))

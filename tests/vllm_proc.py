@@ -71,14 +71,7 @@ def vllm_command(model_dir: Path, port: int, extra: Sequence[str]) -> list[str]:
 class VLLMServer:
     """A running vLLM API server; `url` is its base URL (no /v1)."""
 
-    def __init__(
-        self,
-        model_dir: Path,
-        extra: Sequence[str],
-        log_path: Path,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        """`env`: variables set for vLLM on top of the usual ones."""
+    def __init__(self, model_dir: Path, extra: Sequence[str], log_path: Path) -> None:
         self.model_dir = model_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -88,7 +81,7 @@ class VLLMServer:
             vllm_command(model_dir, self.port, extra),
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=vllm_env() | (env or {}),
+            env=vllm_env(),
             start_new_session=True,
         )
         for problem in lower_priority(self.proc.pid, VLLM_NICE):

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 
 import psutil
 import pytest
 
+from tests.bench.overhead_cli import run_module
+
 
 def _run(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.embedded_overhead", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_module("bench.embedded_overhead", *args, timeout=timeout)
 
 
 def test_what_it_sets_itself_is_refused_clearly() -> None:
