@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -14,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.app import create_app
 from tests.gateway.conftest import MakeSettings, auth
-from tests.gateway.fake_vllm import FakeVLLM
+from tests.gateway.fake_vllm import USAGE, FakeVLLM
 from tests.gateway.server import serve
 
 SESSIONS = 12
@@ -59,6 +62,12 @@ def _wait(predicate: Any, timeout_s: float = 5.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def _settled(registry: CollectorRegistry) -> bool:
+    return not any(
+        _sample(registry, "gateway_upstream_in_flight", replica=name) for name in ("a", "b")
+    )
 
 
 @contextmanager
@@ -133,6 +142,8 @@ def test_replica_down_then_back_no_failed_request(
                 registry, "gateway_upstream_requests_total", replica="b", outcome="ok"
             )
             assert _run_turn(url, 2) == [200] * SESSIONS
+            # The client has its answer a moment before the gateway counts it.
+            assert _wait(lambda: _settled(registry))
             after_b = _sample(
                 registry, "gateway_upstream_requests_total", replica="b", outcome="ok"
             )
@@ -156,6 +167,109 @@ def test_failed_connection_is_retried_on_the_other_replica(
     assert _sample(registry, "gateway_upstream_requests_total", replica="b", outcome="connect") == 1
     assert _sample(registry, "gateway_upstream_healthy", replica="b") == 0
     assert _sample(registry, "gateway_upstream_errors_total", kind="connect") == 0
+
+
+class _DiesOnSecondChat:
+    """A replica on `port` that answers /health and its first chat request, then
+    dies on the second before answering it: its listener and every connection
+    close, as when vLLM is killed while a request is queued or in prefill."""
+
+    def __init__(self, port: int) -> None:
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.chats = 0
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buffered = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buffered:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buffered += data
+                head, _, rest = buffered.partition(b"\r\n\r\n")
+                match = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+                length = int(match.group(1)) if match else 0
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                buffered = rest[length:]
+                if head.split(b" ")[1] == b"/health":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                    continue
+                with self.lock:
+                    self.chats += 1
+                    dies = self.chats > 1
+                if dies:
+                    self.close()
+                    return
+                body = json.dumps(
+                    {
+                        "id": "chatcmpl-b",
+                        "object": "chat.completion",
+                        "model": "tiny",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": "hi"},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": USAGE,
+                    }
+                ).encode()
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n" % len(body) + body
+                )
+        except OSError:
+            return
+
+    def close(self) -> None:
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept
+        except OSError:
+            pass
+        self.listener.close()
+        for conn in self.conns:
+            conn.close()
+
+
+def test_a_request_whose_replica_dies_before_answering_goes_to_the_other(
+    make_settings: MakeSettings, registry: CollectorRegistry
+) -> None:
+    """b takes a request on its pooled keep-alive connection and dies without an
+    answer: the request is sent again, b refuses it, and a serves it; the client
+    sees only 200s."""
+    ports = [_port(), _port()]
+    fake_a = FakeVLLM()
+    replica_b = _DiesOnSecondChat(ports[1])
+    try:
+        with serve(fake_a.app(), port=ports[0]):
+            with _gateway(make_settings, registry, ports, health_interval_seconds=3600) as url:
+                for session in range(SESSIONS):
+                    body = {**_chat(session, 0), "stream": False}
+                    answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=auth())
+                    assert answer.status_code == 200, answer.text
+    finally:
+        replica_b.close()
+    assert replica_b.chats == 2, "b answered one chat and died on the next"
+    assert len(fake_a.requests) == SESSIONS - 1
+    assert _sample(registry, "gateway_upstream_requests_total", replica="b", outcome="ok") == 1
+    assert _sample(registry, "gateway_upstream_requests_total", replica="b", outcome="connect") == 1
+    assert _sample(registry, "gateway_upstream_healthy", replica="b") == 0
+    assert _sample(registry, "gateway_upstream_errors_total", kind="protocol") == 0
 
 
 def test_readyz_ready_while_one_replica_is(

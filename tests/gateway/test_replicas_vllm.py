@@ -132,6 +132,7 @@ def replicas(
 
 
 RETURN_WAVES = 3
+KILL_WAVE_TOKENS = 512
 
 
 def _settings(replicas: list[Replica], secret: str, routing: str, state: Path) -> GatewaySettings:
@@ -263,6 +264,20 @@ def test_affinity_vs_round_robin_then_a_replica_killed_and_back(
     assert affinity_share > rr_share
 
 
+def _settle(registry: CollectorRegistry) -> None:
+    """Wait until the gateway has finished its bookkeeping of every request.
+
+    A client has its whole answer before the gateway closes the upstream
+    response and counts the request (`gateway_upstream_requests_total`): read
+    right after a wave, the counter can miss that wave's last request and count
+    it in the next wave instead.  That is what CI once printed as "[3, 5, 3]"
+    for b's four sessions, with every request routed to b as it should."""
+    deadline = time.monotonic() + 10
+    while any(_gauge(registry, "gateway_upstream_in_flight", name) for name in NAMES):
+        assert time.monotonic() < deadline, "requests still in flight 10 s after the wave"
+        time.sleep(0.01)
+
+
 def _waves_on_b(
     url: str, registry: CollectorRegistry, sessions: list[Session], turn: int, expected: int
 ) -> list[float]:
@@ -272,17 +287,18 @@ def _waves_on_b(
     The gateway marks a replica unhealthy after its `/health` times out
     GATEWAY_HEALTH_TIMEOUT_MISSES (2) times in a row.  On this 2-core machine a
     busy or just-restarted vLLM can do that and get healthy again between two
-    waves (most likely how one session moved once in CI), so a wave that
-    saw b out of rotation sends its sessions to a, correctly; one of
-    RETURN_WAVES waves must bring them all to b."""
+    waves, so a wave that saw b out of rotation sends its sessions to a,
+    correctly; one of RETURN_WAVES waves must bring them all to b."""
     served: list[float] = []
     for _ in range(RETURN_WAVES):
         deadline = time.monotonic() + 10
         while _gauge(registry, "gateway_upstream_healthy", "b") != 1:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+        _settle(registry)
         before = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
         assert all(asyncio.run(_wave(url, sessions, turn, max_tokens=4, stream=False)))
+        _settle(registry)
         after = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
         served.append(after - before)
         if served[-1] == expected:
@@ -303,15 +319,18 @@ def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None
         results: list[bool] = []
         wave = threading.Thread(
             target=lambda: results.extend(
-                asyncio.run(_wave(url, sessions, 1, max_tokens=64, stream=True))
+                asyncio.run(_wave(url, sessions, 1, max_tokens=KILL_WAVE_TOKENS, stream=True))
             )
         )
         wave.start()
+        # Long streams, and the kill once all of b's are under way, so that it lands
+        # on requests in flight (64 tokens were sometimes done before it).  One that
+        # had no answer yet (queued or in prefill) on a reused connection is sent
+        # to a instead and succeeds; one whose stream had begun fails.
         deadline = time.monotonic() + 30
-        while _gauge(registry, "gateway_upstream_in_flight", "b") < 1:
-            assert time.monotonic() < deadline
+        while _gauge(registry, "gateway_upstream_in_flight", "b") < sum(on_victim):
+            assert time.monotonic() < deadline, "b's sessions never all in flight"
             time.sleep(0.01)
-        time.sleep(0.3)
         in_flight_on_victim = _gauge(registry, "gateway_upstream_in_flight", "b")
         victim.kill()
         wave.join()
