@@ -58,7 +58,7 @@ clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis run
 
 # --- deployment and observability (issue 7) ---------------------------------------------
-.PHONY: prometheus-bin up down logs doctor demo
+.PHONY: prometheus-bin up up-embedded down logs doctor demo
 COMPOSE ?= docker compose
 
 prometheus-bin: ## Install Prometheus + promtool (Debian package) unless on PATH; tests need them
@@ -73,6 +73,10 @@ test test-fast: prometheus-bin
 
 up: .env ## docker compose up -d: vLLM (entrypoint), gateway, Prometheus, Grafana (GPU box)
 	$(COMPOSE) up -d --build
+
+up-embedded: .env ## The same stack with the gateway inside vLLM (compose.embedded.yaml; no second hop)
+	$(COMPOSE) rm --stop --force gateway
+	$(COMPOSE) -f compose.yaml -f compose.embedded.yaml up -d --build
 
 down: ## docker compose down
 	$(COMPOSE) down

@@ -47,16 +47,19 @@ class Ports:
     prometheus: int = 9090
 
 
-def prometheus_config(targets: Mapping[str, Sequence[str]], interval: str) -> dict[str, Any]:
-    """prometheus/prometheus.yml with `targets` per job and every interval set to `interval`."""
-    config: dict[str, Any] = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+def prometheus_config(
+    targets: Mapping[str, Sequence[str]], interval: str, file: str = "prometheus.yml"
+) -> dict[str, Any]:
+    """prometheus/`file` with `targets` per job and every interval set to `interval`
+    (`prometheus.embedded.yml`: the stack with the gateway inside vLLM)."""
+    config: dict[str, Any] = yaml.safe_load((PROMETHEUS_DIR / file).read_text())
     config["global"].update(
         scrape_interval=interval, evaluation_interval=interval, scrape_timeout=interval
     )
     config["rule_files"] = [str(PROMETHEUS_DIR / name) for name in config["rule_files"]]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     if set(jobs) != set(targets):
-        raise ValueError(f"targets for {sorted(targets)}; prometheus.yml has {sorted(jobs)}")
+        raise ValueError(f"targets for {sorted(targets)}; {file} has {sorted(jobs)}")
     for name, job in jobs.items():
         job["static_configs"] = [{"targets": list(targets[name])}]
     return config

@@ -315,11 +315,13 @@ def test_a_client_leaving_mid_stream_aborts_the_vllm_request(embedded: str) -> N
 def test_the_gateway_dashboard_has_data_from_vllms_own_scrape(
     embedded: str, tmp_path: Path
 ) -> None:
-    """In this mode there is no gateway service to scrape: a real Prometheus with only
-    its `vllm` job (vLLM's /metrics, where the gateway_* series now are) gives every
+    """In this mode there is no gateway service to scrape: a real Prometheus with the
+    mode's config (prometheus.embedded.yml, as compose.embedded.yaml mounts it; its
+    `vllm` job scrapes vLLM's /metrics, where the gateway_* series now are) gives every
     expression of the gateway dashboard data after traffic through the gateway."""
-    jobs = {"vllm": [embedded.removeprefix("http://")], "entrypoint": [], "gateway": []}
-    prometheus = Prometheus(tmp_path / "prometheus", prometheus_config(jobs, "1s"))
+    jobs = {"vllm": [embedded.removeprefix("http://")], "entrypoint": []}
+    config = prometheus_config(jobs, "1s", file="prometheus.embedded.yml")
+    prometheus = Prometheus(tmp_path / "prometheus", config)
     try:
         prometheus.wait_ready()
         prometheus.wait_targets_up(1)

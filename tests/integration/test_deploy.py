@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from tests.integration.dashboards import ROOT
+from tests.integration.promtool import PROMETHEUS_DIR, promtool
 
 COMPOSE_SCHEMA = ROOT.parent / "shared" / "schemas" / "compose-spec.json"
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -358,3 +360,82 @@ def test_the_vllm_user_owns_its_home_and_every_cache_dir_on_the_cache_volume(com
     for name, service in {"vllm": compose["services"]["vllm"], **multinode}.items():
         assert service["environment"]["SPARKSERVE_CACHE_DIR"] == env["SPARKSERVE_CACHE_DIR"]
         assert "vllm-cache:/cache" in service["volumes"], name
+
+
+EMBEDDED_FILE = ROOT / "compose.embedded.yaml"
+
+
+@pytest.fixture(scope="module")
+def embedded() -> dict:
+    return yaml.safe_load(EMBEDDED_FILE.read_text())
+
+
+def _environment_with_test_values(service: dict, state_dir: Path) -> dict[str, str]:
+    """The service's environment as compose would hand it over, with test values for
+    the required variables and the state dir moved to a writable place."""
+    values = {"GATEWAY_API_KEYS": "team-a:sk-a,team-b:sk-b"}
+    env: dict[str, str] = {}
+    for name, value in service["environment"].items():
+        for variable, _kind in VARIABLE.findall(str(value)):
+            assert variable in values or ":-" in str(value), f"{name}: no test value"
+        text = re.sub(r"\$\{([A-Z0-9_]+):\?[^}]*\}", lambda m: values[m[1]], str(value))
+        env[name] = re.sub(r"\$\{([A-Z0-9_]+):-([^}]*)\}", lambda m: m[2], text)
+    env["GATEWAY_STATE_DIR"] = str(state_dir)
+    return env
+
+
+def test_embedded_override_matches_the_compose_spec(embedded, validator):
+    errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(embedded)]
+    assert errors == []
+    assert set(embedded["services"]) <= set(yaml.safe_load(COMPOSE_FILE.read_text())["services"])
+
+
+def test_embedded_override_publishes_vllm_where_the_gateway_was(compose, embedded):
+    base, override = compose["services"], embedded["services"]
+    # Not started unless its profile is asked for; `make up-embedded` removes a running one.
+    assert override["gateway"]["profiles"] == ["standalone-gateway"]
+    assert "rm --stop --force gateway" in (ROOT / "Makefile").read_text()
+    vllm_port = base["vllm"]["environment"]["SPARKSERVE_PORT"]
+    (published,) = override["vllm"]["ports"]
+    (gateway_published,) = base["gateway"]["ports"]
+    assert published.rsplit(":", 1) == [gateway_published.rsplit(":", 1)[0], vllm_port]
+    assert override["vllm"]["environment"]["SPARKSERVE_GATEWAY"] == "embedded"
+    control = base["vllm"]["environment"]["SPARKSERVE_CONTROL_PORT"]
+    assert override["vllm"]["environment"]["GATEWAY_CONTROL_URL"].endswith(f":{control}")
+    # The salt secret goes where the image's user can write: the vllm-cache volume.
+    (cache_mount,) = [v for v in base["vllm"]["volumes"] if v == "vllm-cache:/cache"]
+    state_dir = override["vllm"]["environment"]["GATEWAY_STATE_DIR"]
+    assert state_dir.startswith(cache_mount.split(":")[1] + "/")
+
+
+def test_embedded_override_settings_are_known_and_pass_the_pre_flight(
+    embedded, tmp_path, monkeypatch
+):
+    from entrypoint.config import OPTIONS, load_config
+    from entrypoint.gateway_mode import check_embedded
+    from gateway.settings import ENV_PREFIX, GatewaySettings
+
+    env = _environment_with_test_values(embedded["services"]["vllm"], tmp_path / "state")
+    gateway_names = {ENV_PREFIX + name.upper() for name in GatewaySettings.model_fields}
+    entrypoint_names = {option.env for option in OPTIONS}
+    for name in env:
+        known = gateway_names if name.startswith(ENV_PREFIX) else entrypoint_names
+        assert name in known, f"{name} is not a setting anything reads"
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    check_embedded(load_config(env))  # what the entrypoint runs before vLLM starts
+    assert (tmp_path / "state" / "salt_secret").exists()
+
+
+def test_embedded_prometheus_config_is_the_main_one_without_the_gateway_job(compose, embedded):
+    main = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    main["scrape_configs"] = [j for j in main["scrape_configs"] if j["job_name"] != "gateway"]
+    assert yaml.safe_load((PROMETHEUS_DIR / "prometheus.embedded.yml").read_text()) == main
+    command = embedded["services"]["prometheus"]["command"]
+    assert command[0] == "--config.file=/etc/prometheus/prometheus.embedded.yml"
+    assert command[1:] == compose["services"]["prometheus"]["command"][1:]
+    result = promtool("check", "config", PROMETHEUS_DIR / "prometheus.embedded.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
