@@ -13,14 +13,19 @@ per-key limits, and must not count in the tenants' metrics (docs/gateway.md,
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 
 from entrypoint.config import EntrypointConfig
 from entrypoint.errors import PreflightError
+from entrypoint.vllm_flags import flag_name
 
 MIDDLEWARE = "gateway.embedded.EmbeddedGateway"
 EMBEDDED = "embedded"
 BYPASS_ENV = "GATEWAY_EMBEDDED_BYPASS_TOKEN"
 BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded.py
+# vLLM's flags (and their short forms) that start more than one API server process.
+API_SERVER_COUNT = ("--api-server-count", "-asc")
+DATA_PARALLEL_SIZE = ("--data-parallel-size", "-dp")
 
 
 def bypass_env(config: EntrypointConfig) -> dict[str, str]:
@@ -39,10 +44,49 @@ def middleware_args(config: EntrypointConfig) -> list[str]:
     return ["--middleware", MIDDLEWARE] if config.gateway == EMBEDDED else []
 
 
+def _last_value(args: Sequence[str], names: tuple[str, ...]) -> str | None:
+    """The value of the last of `names` in `args` (`--flag V`, `--flag=V`, `--fl_ag`),
+    as vLLM's parser takes it; None when absent.  (Abbreviations never get this far:
+    pre-flight refuses a flag vLLM does not know by its full name.)"""
+    value = None
+    for index, word in enumerate(args):
+        name = flag_name(word)
+        equals, attached = "=" in word, word.partition("=")[2]
+        if name in names:
+            value = attached if equals else (args[index + 1] if index + 1 < len(args) else "")
+    return value
+
+
+def api_servers_problem(extra_args: Sequence[str]) -> str | None:
+    """Why `extra_args` would make vLLM serve from several API server processes (the
+    embedded gateway's admission and metrics are per process), or None."""
+    servers = _last_value(extra_args, API_SERVER_COUNT)
+    if servers is not None:
+        if servers.strip() == "1":
+            return None
+        return f"{API_SERVER_COUNT[0]} {servers}"
+    data_parallel = _last_value(extra_args, DATA_PARALLEL_SIZE)
+    if data_parallel is not None and data_parallel.strip() not in ("", "1"):
+        return (
+            f"{DATA_PARALLEL_SIZE[0]} {data_parallel}, which starts that many API servers "
+            f"unless {API_SERVER_COUNT[0]} 1 is given too"
+        )
+    return None
+
+
 def check_embedded(config: EntrypointConfig) -> None:
     """Pre-flight of the embedded gateway; `PreflightError` naming the problem."""
     if config.gateway != EMBEDDED:
         return
+    problem = api_servers_problem(config.vllm_extra_args)
+    if problem is not None:
+        raise PreflightError(
+            f"SPARKSERVE_GATEWAY=embedded: SPARKSERVE_VLLM_EXTRA_ARGS has {problem}, and the "
+            "embedded gateway needs one API server process (each would count its own "
+            "admission limits, and vLLM's /metrics would not show the gateway's "
+            f"histograms); add {API_SERVER_COUNT[0]} 1, or use the standalone gateway "
+            "(SPARKSERVE_GATEWAY=off, python -m gateway in front)"
+        )
     try:
         from gateway.embedded import startup_check
         from gateway.errors import ConfigError

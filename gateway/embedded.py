@@ -76,6 +76,8 @@ REPLICA = "embedded"
 # gateway_upstream_requests_total outcomes here: served, client left, handler raised.
 OUTCOMES = ("ok", "cancelled", "protocol")
 BYPASS_HEADER = b"x-sparkserve-bypass"
+# Set by vLLM when it runs more than one API server process (vllm/v1/metrics/prometheus.py).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Placeholder for the standalone gateway's required upstream URL: unused here.
 _NO_UPSTREAM = "http://vllm.embedded"
 # vLLM's own probes and metrics, answered without a key (as vLLM does).
@@ -95,11 +97,31 @@ def load_embedded_settings(**overrides: Any) -> GatewaySettings:
     return load_settings(**overrides)
 
 
+def check_one_api_server() -> None:
+    """`ConfigError` where vLLM serves from several API server processes.
+
+    vLLM sets `PROMETHEUS_MULTIPROC_DIR` before it starts more than one
+    (`--api-server-count N`, which data parallelism sets to its size unless told
+    otherwise), and its `/metrics` then reads prometheus_client's multiprocess files
+    instead of the registry the gateway's metrics are in.  Each process would also
+    hold its own admission slots, so the limits would be N times what was set.
+    Refused rather than served wrong."""
+    if os.environ.get(MULTIPROC_ENV):
+        raise ConfigError(
+            f"{MULTIPROC_ENV} is set: vLLM serves from several API server processes "
+            "(--api-server-count above 1, or data parallelism), and each would count its "
+            "own admission limits while vLLM's /metrics would not show the gateway's "
+            "histograms; run vLLM with --api-server-count 1, or the standalone gateway "
+            "(python -m gateway) in front of it"
+        )
+
+
 def startup_check() -> None:
     """What vLLM's API server will do with the `GATEWAY_*` settings at start, done
     first (the entrypoint's pre-flight): settings, keys, the salt secret (created in
-    the state directory when none is given, as the server would); `ConfigError`
-    with the one-line reason."""
+    the state directory when none is given, as the server would), one API server
+    process; `ConfigError` with the one-line reason."""
+    check_one_api_server()
     preparer_of(load_embedded_settings(), GatewayMetrics.create(CollectorRegistry()), embedded=True)
 
 
@@ -119,6 +141,7 @@ class EmbeddedGateway:
         self.app = app
         _log_to_stderr()
         try:
+            check_one_api_server()
             self.settings = settings if settings is not None else load_embedded_settings()
             self.metrics = GatewayMetrics.create(REGISTRY if registry is None else registry)
             self.preparer: Preparer = preparer_of(self.settings, self.metrics, embedded=True)

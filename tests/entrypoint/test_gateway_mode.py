@@ -68,3 +68,45 @@ def test_vllms_own_key_beside_the_gateway_is_refused():
 def test_the_bypass_header_comes_only_from_the_launch():
     assert bypass_headers({}) == {}
     assert bypass_headers({BYPASS_ENV: "t0k"}) == {"x-sparkserve-bypass": "t0k"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "refused"),
+    [
+        ("--api-server-count 2", "--api-server-count 2"),
+        ("--api_server_count=4", "--api-server-count 4"),
+        ("-asc 1 --max-num-seqs 8 -asc 3", "--api-server-count 3"),
+        ("--data-parallel-size 2", "--data-parallel-size 2, which starts"),
+        ("-dp=2", "--data-parallel-size 2, which starts"),
+        ("-asc 1", None),
+        ("--data-parallel-size 2 --api-server-count 1", None),
+        ("--data-parallel-size 1", None),
+        ("--max-num-seqs 2", None),
+    ],
+)
+def test_more_than_one_api_server_is_refused(monkeypatch, tmp_path, extra, refused):
+    """vLLM's admission slots and the gateway's histograms live in one API server
+    process: flags that start several are refused before vLLM starts."""
+    monkeypatch.setenv("GATEWAY_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GATEWAY_API_KEYS", "team-a:sk-a")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    config = load_config({"SPARKSERVE_GATEWAY": "embedded", "SPARKSERVE_VLLM_EXTRA_ARGS": extra})
+    if refused is None:
+        check_embedded(config)
+        return
+    with pytest.raises(PreflightError) as error:
+        check_embedded(config)
+    message = str(error.value)
+    assert f"SPARKSERVE_VLLM_EXTRA_ARGS has {refused}" in message
+    assert "add --api-server-count 1, or use the standalone gateway" in message
+    check_embedded(load_config({"SPARKSERVE_VLLM_EXTRA_ARGS": extra}))  # off: allowed
+
+
+def test_vllms_multiprocess_metrics_are_refused_in_pre_flight(monkeypatch, tmp_path):
+    """Set by hand (or by vLLM for its API servers), PROMETHEUS_MULTIPROC_DIR makes
+    vLLM's /metrics read other files than the gateway's registry."""
+    monkeypatch.setenv("GATEWAY_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GATEWAY_API_KEYS", "team-a:sk-a")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "prom"))
+    with pytest.raises(PreflightError, match="PROMETHEUS_MULTIPROC_DIR is set"):
+        check_embedded(load_config({"SPARKSERVE_GATEWAY": "embedded"}))

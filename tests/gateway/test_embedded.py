@@ -111,6 +111,34 @@ def test_a_bad_setting_stops_vllms_start_with_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_several_api_server_processes_stop_vllms_start_with_one_line(tmp_path: Path) -> None:
+    """vLLM sets PROMETHEUS_MULTIPROC_DIR before it starts more than one API server
+    (each builds its own middleware): the gateway refuses to be built there."""
+    code = (
+        "from gateway.embedded import EmbeddedGateway\n"
+        "EmbeddedGateway(lambda scope, receive, send: None)\n"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO),
+        "HOME": str(tmp_path),
+        "GATEWAY_AUTH": "off",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("gateway (embedded): PROMETHEUS_MULTIPROC_DIR is set")
+    assert "--api-server-count 1" in lines[-1] and "Traceback" not in done.stderr
+    del env["PROMETHEUS_MULTIPROC_DIR"]
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_bypass_needs_the_exact_token(make_settings: MakeSettings) -> None:
     inner = Inner()
     settings = make_settings(embedded_bypass_token="let-me-through")
