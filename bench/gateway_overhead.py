@@ -760,11 +760,21 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+# The characters a bypass token may hold: URL-safe, so nginx's config takes it as is.
+TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~-]+")
+
+
 def _check_embedded(args: argparse.Namespace) -> None:
     if args.api_key and not args.embedded_bypass:
         raise SystemExit("--api-key is for the embedded path: it needs --embedded-bypass")
     if not args.embedded_bypass:
         return
+    if not TOKEN_CHARS.fullmatch(args.embedded_bypass):
+        raise SystemExit(
+            "--embedded-bypass: the token may hold only letters, digits, '-', '_', '.' and "
+            "'~' (it goes into nginx's config as a header value; the entrypoint's tokens "
+            "and bench.embedded_overhead's are such)"
+        )
     if not args.vllm_url:
         raise SystemExit(
             "--embedded-bypass needs --vllm-url: the vLLM started with "
