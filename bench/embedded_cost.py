@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.embedded import EmbeddedGateway, load_embedded_settings
+from gateway.errors import ConfigError
 
 API_KEY = "sk-bench"
 SHORT, LONG = 2, 64  # tokens per stream of the two cases
@@ -203,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     with tempfile.TemporaryDirectory(prefix="sparkserve-embedded-cost-") as state:
-        cases = [measure(t, args.requests, args.repeats, Path(state)) for t in (SHORT, LONG)]
+        try:
+            cases = [measure(t, args.requests, args.repeats, Path(state)) for t in (SHORT, LONG)]
+        except ConfigError as exc:  # a bad GATEWAY_* setting in the environment
+            raise SystemExit(f"bench.embedded_cost: {exc.message}") from None
     per_request, per_event = split(*cases)
     print(table(cases, per_request, per_event))
     return 0

@@ -65,3 +65,12 @@ def test_a_count_below_one_is_refused(flag: str, capsys: pytest.CaptureFixture[s
         embedded_cost.main([flag, "0"])
     assert exit_info.value.code == 2
     assert f"{flag} must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_a_bad_gateway_setting_in_the_environment_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GATEWAY_MAX_CONCURRENCY", "0")
+    with pytest.raises(SystemExit) as exit_info:
+        embedded_cost.main(["--requests", "1", "--repeats", "1"])
+    assert str(exit_info.value.code).startswith("bench.embedded_cost: GATEWAY_MAX_CONCURRENCY='0'")
