@@ -323,15 +323,18 @@ def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None
             )
         )
         wave.start()
-        # Long streams, and the kill once all of b's are under way, so that it lands
-        # on requests in flight (64 tokens were sometimes done before it).  One that
-        # had no answer yet (queued or in prefill) on a reused connection is sent
-        # to a instead and succeeds; one whose stream had begun fails.
+        # Long streams, and the kill once every request of the wave is under way, so
+        # that it lands on requests in flight (64 tokens were sometimes done before
+        # it); at least one on b (a /health timeout streak could have sent one of b's
+        # sessions to a).  One that had no answer yet (queued or in prefill) on a
+        # reused connection is sent to a instead and succeeds; one whose stream had
+        # begun fails.
         deadline = time.monotonic() + 30
-        while _gauge(registry, "gateway_upstream_in_flight", "b") < sum(on_victim):
-            assert time.monotonic() < deadline, "b's sessions never all in flight"
+        while sum(_gauge(registry, "gateway_upstream_in_flight", n) for n in NAMES) < len(sessions):
+            assert time.monotonic() < deadline, "the wave's requests never all in flight"
             time.sleep(0.01)
         in_flight_on_victim = _gauge(registry, "gateway_upstream_in_flight", "b")
+        assert in_flight_on_victim >= 1, "none of b's sessions in flight on b"
         victim.kill()
         wave.join()
         failed = results.count(False)
