@@ -45,7 +45,6 @@ import hmac
 import logging
 import os
 import sys
-from time import monotonic
 from typing import Any
 
 import httpx
@@ -67,7 +66,7 @@ from gateway.middleware import (
 from gateway.prepare import Incoming, Preparer
 from gateway.proxy import Forward, record_finish, usage_of
 from gateway.settings import GatewaySettings, load_settings
-from gateway.sse import EventSplitter, StreamObserver, plain_events
+from gateway.sse import EventSplitter, StreamObserver
 from gateway.thermal import ThermalGuard
 
 log = logging.getLogger(__name__)
@@ -83,7 +82,6 @@ _NO_UPSTREAM = "http://vllm.embedded"
 # vLLM's own probes and metrics, answered without a key (as vLLM does).
 OPEN_PATHS = frozenset({"/health", "/metrics", "/ping", "/version", "/load"})
 _LIVE_BODY = b'{"status":"ok"}'
-_DONE_EVENT = b"data: [DONE]\n\n"  # how vLLM ends a stream, in a message of its own
 # Headers of the client's request that vLLM's handler gets otherwise (or not at all).
 _REPLACED_HEADERS = frozenset(
     {b"content-length", b"transfer-encoding", b"content-type", b"authorization"}
@@ -382,7 +380,6 @@ class _Relay:
         "_body",
         "_count",
         "_forward",
-        "_gap",
         "_metrics",
         "_observer",
         "_send",
@@ -398,9 +395,8 @@ class _Relay:
         self._forward = forward
         self._count = count
         self._send = send
-        self._gap = metrics.inter_token_latency.observe
         self._observer: StreamObserver | None = None
-        # Made when a chunk is not whole plain events (vLLM writes one event a message).
+        # Made when a chunk is not one whole event (vLLM writes one event a message).
         self._splitter: EventSplitter | None = None
         self._body: list[bytes] | None = None  # a generation's JSON body, for its usage
         self.complete = False  # the response's last body message was sent
@@ -408,29 +404,14 @@ class _Relay:
 
     async def __call__(self, message: Message) -> None:
         observer = self._observer
-        if observer is not None and self._splitter is None:
-            # The hot path, inlined (it runs for every token event on vLLM's loop): one
-            # whole JSON event mid-stream, as vLLM writes each token, passes as it is and
-            # only its time is noted.  One event: JSON has no raw line breaks, so its
-            # first blank line is its end.  Not the usage chunk, no CR line ends.
-            # Anything else (several events, [DONE], usage, a cut event) takes the
-            # general path below.
+        if observer is not None and self._splitter is None and message.get("more_body", False):
             chunk: bytes = message.get("body", b"")
-            if (
-                message.get("more_body", False)
-                and chunk.startswith(b"data: {")
-                and chunk.find(b"\n\n") == len(chunk) - 2
-                and b'"usage"' not in chunk
-                and b"\r" not in chunk
-            ):
-                now = monotonic()
-                last = observer.last_event_at
-                if last is None:
-                    observer.first_event_at = now
-                else:
-                    self._gap(now - last)
-                observer.last_event_at = now
-                await self._send(message)
+            if _one_event(chunk):
+                # The hot path (every token event, on vLLM's loop): one whole event, as
+                # vLLM writes each, is noted and passes as it is; the usage chunk the
+                # gateway asked for is noted and dropped.
+                if observer.observe(chunk):
+                    await self._send(message)
                 return
         if message["type"] != "http.response.body":
             if message["type"] == "http.response.start":
@@ -438,23 +419,13 @@ class _Relay:
             await self._send(message)
             return
         more: bool = message.get("more_body", False)
-        observer = self._observer
         if observer is not None:
             chunk = message.get("body", b"")
-            if self._splitter is None and (
-                not chunk or chunk == _DONE_EVENT or plain_events(chunk)
-            ):
-                # Whole token events (or the end, or nothing) pass as they are.
-                if chunk and chunk != _DONE_EVENT:
-                    observer.tick(chunk.count(b"\n\n"))
-            elif self._splitter is None and _one_event(chunk):
-                # One whole event of another kind, as vLLM writes its usage chunk: no
-                # splitting (and no splitter for the rest of the stream) needed.
-                if not observer.observe(chunk):  # the usage chunk the gateway asked for
-                    if more:
-                        return
+            if self._splitter is None and (not chunk or _one_event(chunk)):
+                # The last message: nothing, or one whole event ([DONE], the usage chunk).
+                if chunk and not observer.observe(chunk):
                     message = {**message, "body": b""}
-            else:
+            else:  # an event cut across messages, or several in one
                 out = self._events(observer, chunk, more)
                 if out is None:
                     return
@@ -492,9 +463,10 @@ class _Relay:
         return {**message, "headers": headers}
 
     def _events(self, observer: StreamObserver, chunk: bytes, more: bool) -> bytes | None:
-        """What to send of a chunk that is not whole plain events (an event cut across
-        messages, the usage chunk), or None to send nothing mid-stream (the injected
-        usage chunk dropped)."""
+        """What to send of a chunk that is not one whole event (an event cut across
+        messages, several in one), or None to send nothing mid-stream (the injected
+        usage chunk dropped).  From the first such chunk on, the stream goes through
+        the splitter."""
         if self._splitter is None:
             self._splitter = EventSplitter()
         splitter = self._splitter
@@ -515,8 +487,8 @@ class _Relay:
 
 
 def _one_event(chunk: bytes) -> bool:
-    """`chunk` is one whole `data:` event with LF line ends (its first blank line is
-    its end: JSON has no raw line breaks)."""
+    """`chunk` is one whole `data:` event with LF line ends: its first blank line is
+    its end (JSON has no raw line breaks), and no CR could make it two."""
     return (
         chunk.startswith(b"data:") and chunk.find(b"\n\n") == len(chunk) - 2 and b"\r" not in chunk
     )
