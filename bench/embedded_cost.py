@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
 from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bench.gateway_overhead import DONE, EVENT, USAGE_EVENT, per_request_and_event, stream_body
 from gateway.embedded import EmbeddedGateway, load_embedded_settings
 from gateway.errors import ConfigError
 
@@ -41,24 +41,10 @@ SHORT, LONG = 2, 64  # tokens per stream of the two cases
 WARMUP_REQUESTS = 200
 
 
-def _event(payload: dict[str, object]) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
 def stream_chunks(tokens: int) -> list[bytes]:
-    """What vLLM's chat handler writes for a stream of `tokens` tokens with usage asked."""
-    head = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1}
-    token = {
-        **head,
-        "model": "tiny",
-        "choices": [{"index": 0, "delta": {"content": " x"}, "logprobs": None}],
-    }
-    usage = {"prompt_tokens": 12, "completion_tokens": tokens, "total_tokens": 12 + tokens}
-    return [
-        *(_event(token) for _ in range(tokens)),
-        _event({**head, "model": "tiny", "choices": [], "usage": usage}),
-        b"data: [DONE]\n\n",
-    ]
+    """What vLLM's chat handler writes for a stream of `tokens` tokens with usage asked
+    (the synthetic upstream's events, bench.gateway_overhead)."""
+    return [EVENT] * tokens + [USAGE_EVENT, DONE]
 
 
 class StandIn:
@@ -78,15 +64,7 @@ class StandIn:
 
 def request(tokens: int) -> tuple[Scope, bytes]:
     """The bench's streamed chat (bench.gateway_overhead), as vLLM's server hands it over."""
-    body = orjson.dumps(
-        {
-            "model": "tiny",
-            "stream": True,
-            "max_tokens": tokens,
-            "ignore_eos": True,
-            "messages": [{"role": "user", "content": "count to a hundred"}],
-        }
-    )
+    body = stream_body("tiny", tokens)
     headers = [
         (b"host", b"127.0.0.1:8000"),
         (b"content-type", b"application/json"),
@@ -171,8 +149,7 @@ def split(short: Case, long: Case) -> tuple[float, float]:
     """(µs per request, µs per event) of the gateway, from two cases' added cost; an
     event is one of the stream's token events (the usage chunk and [DONE] are per
     request)."""
-    per_event = (long.added_us - short.added_us) / (long.tokens - short.tokens)
-    return short.added_us - per_event * short.tokens, per_event
+    return per_request_and_event(short.tokens, short.added_us, long.tokens, long.added_us)
 
 
 def table(cases: Sequence[Case], per_request: float, per_event: float) -> str:

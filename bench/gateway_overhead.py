@@ -174,7 +174,8 @@ class Round:
         self.why[reason] = self.why.get(reason, 0) + 1
 
 
-def _body(model: str, max_tokens: int) -> bytes:
+def stream_body(model: str, max_tokens: int) -> bytes:
+    """The bench's request: a short streamed chat of exactly `max_tokens` tokens."""
     return json.dumps(
         {
             "model": model,
@@ -546,12 +547,20 @@ def cpu_cost(source: str | None, streams: int, rounds: int) -> tuple[float, floa
                     child.wait(10)
     requests = streams * rounds
     low, high = CPU_COST_EVENTS
-    per_event = (spent[high] - spent[low]) / (requests * (high - low))
-    return spent[low] / requests - low * per_event, per_event
+    return per_request_and_event(low, spent[low] / requests, high, spent[high] / requests)
+
+
+def per_request_and_event(
+    low_events: int, low_cost: float, high_events: int, high_cost: float
+) -> tuple[float, float]:
+    """(cost per request, cost per event) from the cost of one request at two stream
+    lengths: the straight line through them."""
+    per_event = (high_cost - low_cost) / (high_events - low_events)
+    return low_cost - low_events * per_event, per_event
 
 
 async def _cpu_of_rounds(pid: int, url: str, streams: int, rounds: int, events: int) -> float:
-    body = _body("tiny", events)
+    body = stream_body("tiny", events)
     async with aiohttp.ClientSession(connector=_connector()) as session:
         await _round(session, url, streams, body, events)  # warm-up
         before = _cpu_seconds(pid)
@@ -870,7 +879,7 @@ def _main(args: argparse.Namespace) -> int:
             f"{args.rounds} measured rounds per path, interleaved; {os.cpu_count()} CPUs, "
             f"load average {os.getloadavg()[0]:.2f}"
         )
-        body = _body(args.model if args.vllm_url else "tiny", args.events)
+        body = stream_body(args.model if args.vllm_url else "tiny", args.events)
         meter = WaitMeter(
             {"client": os.getpid()}
             | {name: child.pid for name, child in gateways.items()}

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import re
 
-import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
 from bench import embedded_cost
-from bench.embedded_cost import Case, StandIn, request, split, stream_chunks
+from bench.embedded_cost import Case, StandIn, request, split
 from gateway.embedded import EmbeddedGateway
 from gateway.settings import GatewaySettings
 
@@ -26,15 +25,6 @@ def test_split_recovers_a_known_line() -> None:
         for tokens in (2, 64)
     ]
     assert split(*cases) == pytest.approx((per_request, per_event))
-
-
-def test_the_stand_in_streams_as_vllm_writes_a_chat() -> None:
-    chunks = stream_chunks(5)
-    assert all(c.startswith(b"data: ") and c.endswith(b"\n\n") for c in chunks)
-    payloads = [orjson.loads(c[6:]) for c in chunks[:-1]]
-    assert [len(p["choices"]) for p in payloads] == [1] * 5 + [0]
-    assert payloads[-1]["usage"]["completion_tokens"] == 5
-    assert chunks[-1] == b"data: [DONE]\n\n"
 
 
 def test_prints_the_cost_per_request_and_per_event(capsys: pytest.CaptureFixture[str]) -> None:
