@@ -84,29 +84,26 @@ def _body(sent: list[Message]) -> bytes:
     return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
 
-def test_a_bad_setting_stops_vllms_start_with_one_line(tmp_path: Path) -> None:
-    """vLLM builds its middleware at start; the gateway's settings error is one line
-    naming the variable, and the start fails (exit code 2), with no traceback."""
+def _build_as_vllm_does(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+    """Build the middleware in a fresh process as vLLM does at start, with only
+    `settings` in the environment."""
     code = (
         "from gateway.embedded import EmbeddedGateway\n"
         "EmbeddedGateway(lambda scope, receive, send: None)\n"
     )
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(REPO),
-        "HOME": str(tmp_path),
-        "GATEWAY_MAX_CONCURRENCY": "0",
-        "GATEWAY_AUTH": "off",
-    }
-    done = subprocess.run(
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path), **settings}
+    return subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
+
+
+def test_a_bad_setting_stops_vllms_start_with_one_line(tmp_path: Path) -> None:
+    """vLLM builds its middleware at start; the gateway's settings error is one line
+    naming the variable, and the start fails (exit code 2), with no traceback."""
+    done = _build_as_vllm_does(tmp_path, GATEWAY_MAX_CONCURRENCY="0", GATEWAY_AUTH="off")
     assert done.returncode == 2
     assert "GATEWAY_MAX_CONCURRENCY='0'" in done.stderr and "Traceback" not in done.stderr
-    env |= {"GATEWAY_MAX_CONCURRENCY": "8", "GATEWAY_AUTH": "on"}
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = _build_as_vllm_does(tmp_path, GATEWAY_MAX_CONCURRENCY="8", GATEWAY_AUTH="on")
     assert done.returncode == 2 and "GATEWAY_API_KEYS" in done.stderr
     assert "Traceback" not in done.stderr
 
@@ -114,28 +111,12 @@ def test_a_bad_setting_stops_vllms_start_with_one_line(tmp_path: Path) -> None:
 def test_several_api_server_processes_stop_vllms_start_with_one_line(tmp_path: Path) -> None:
     """vLLM sets PROMETHEUS_MULTIPROC_DIR before it starts more than one API server
     (each builds its own middleware): the gateway refuses to be built there."""
-    code = (
-        "from gateway.embedded import EmbeddedGateway\n"
-        "EmbeddedGateway(lambda scope, receive, send: None)\n"
-    )
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(REPO),
-        "HOME": str(tmp_path),
-        "GATEWAY_AUTH": "off",
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = _build_as_vllm_does(tmp_path, GATEWAY_AUTH="off", PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("gateway (embedded): PROMETHEUS_MULTIPROC_DIR is set")
     assert "--api-server-count 1" in lines[-1] and "Traceback" not in done.stderr
-    del env["PROMETHEUS_MULTIPROC_DIR"]
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = _build_as_vllm_does(tmp_path, GATEWAY_AUTH="off")
     assert done.returncode == 0, done.stderr
 
 
