@@ -225,14 +225,15 @@ class EmbeddedGateway:
         metrics.in_flight.inc()
         self._replica_in_flight.inc()
         outcome = "cancelled"
+        relay = _Relay(metrics, forward, count, send)
         try:
-            relay = _Relay(metrics, forward, count, send)
             await self.app(*_handed_over(scope, receive, forward, relay), relay)
             # vLLM may end a stream whose client left as if it were done: no `ok`.
             outcome = "ok" if relay.complete and not relay.left_early else "cancelled"
         except Exception:
-            count(SERVER_ERROR_STATUS)  # vLLM's ServerErrorMiddleware answers 500
-            outcome = "protocol"
+            if not relay.left_early:  # else: raised because the client left
+                count(SERVER_ERROR_STATUS)  # vLLM's ServerErrorMiddleware answers 500
+                outcome = "protocol"
             raise
         finally:
             metrics.in_flight.dec()
@@ -403,46 +404,52 @@ class _Relay:
         self.left_early = False  # the client left before that
 
     async def __call__(self, message: Message) -> None:
-        observer = self._observer
-        if observer is not None and self._splitter is None and message.get("more_body", False):
-            chunk: bytes = message.get("body", b"")
-            if _one_event(chunk):
-                # The hot path (every token event, on vLLM's loop): one whole event, as
-                # vLLM writes each, is noted and passes as it is; the usage chunk the
-                # gateway asked for is noted and dropped.
-                if observer.observe(chunk):
-                    await self._send(message)
-                return
-        if message["type"] != "http.response.body":
-            if message["type"] == "http.response.start":
-                message = self._start(message)
-            await self._send(message)
-            return
-        more: bool = message.get("more_body", False)
-        if observer is not None:
-            chunk = message.get("body", b"")
-            if self._splitter is None and (not chunk or _one_event(chunk)):
-                # The last message: nothing, or one whole event ([DONE], the usage chunk).
-                if chunk and not observer.observe(chunk):
-                    message = {**message, "body": b""}
-            else:  # an event cut across messages, or several in one
-                out = self._events(observer, chunk, more)
-                if out is None:
+        try:
+            observer = self._observer
+            if observer is not None and self._splitter is None and message.get("more_body", False):
+                chunk: bytes = message.get("body", b"")
+                if _one_event(chunk):
+                    # The hot path (every token event, on vLLM's loop): one whole event, as
+                    # vLLM writes each, is noted and passes as it is; the usage chunk the
+                    # gateway asked for is noted and dropped.
+                    if observer.observe(chunk):
+                        await self._send(message)
                     return
-                if out is not chunk:
-                    message = {**message, "body": out}
+            if message["type"] != "http.response.body":
+                if message["type"] == "http.response.start":
+                    message = self._start(message)
+                await self._send(message)
+                return
+            more: bool = message.get("more_body", False)
+            if observer is not None:
+                chunk = message.get("body", b"")
+                if self._splitter is None and (not chunk or _one_event(chunk)):
+                    # The last message: nothing, or one whole event ([DONE], the usage chunk).
+                    if chunk and not observer.observe(chunk):
+                        message = {**message, "body": b""}
+                else:  # an event cut across messages, or several in one
+                    out = self._events(observer, chunk, more)
+                    if out is None:
+                        return
+                    if out is not chunk:
+                        message = {**message, "body": out}
+                if not more:
+                    self._finish_stream(observer)
+            elif self._body is not None:
+                self._body.append(message.get("body", b""))
+                if not more:
+                    self._done(usage_of(200, b"".join(self._body)))
+            await self._send(message)
             if not more:
-                self._finish_stream(observer)
-        elif self._body is not None:
-            self._body.append(message.get("body", b""))
-            if not more:
-                self._done(usage_of(200, b"".join(self._body)))
-        await self._send(message)
-        if not more:
-            self.complete = True
+                self.complete = True
+        except OSError:
+            # uvicorn's send on a connection the client closed (ASGI 2.4 has it raise;
+            # Starlette's StreamingResponse turns that into ClientDisconnect).
+            self.client_left()
+            raise
 
     def client_left(self) -> None:
-        """vLLM's handler heard the client leave (uvicorn's send then drops what follows)."""
+        """The client left: vLLM's handler heard it, or a send to it failed."""
         if not self.complete:
             self.left_early = True
 

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
+from uvicorn.protocols.utils import ClientDisconnected
 
 from gateway.embedded import EmbeddedGateway
 from tests.gateway.conftest import ALICE_KEY, MakeSettings
@@ -25,6 +27,7 @@ from tests.gateway.server import serve
 
 REPO = Path(__file__).resolve().parents[2]
 CHAT = "/v1/chat/completions"
+SSE = [(b"content-type", b"text/event-stream")]
 
 
 class Inner:
@@ -217,6 +220,49 @@ def test_whole_events_pass_and_the_usage_chunk_is_dropped_and_counted(
     assert registry.get_sample_value("gateway_prompt_tokens_total", alice) == 3
     gaps = registry.get_sample_value("gateway_inter_token_latency_seconds_count")
     assert gaps == 1  # two token events: one gap; the usage chunk is not a token
+
+
+def test_a_client_gone_while_vllm_writes_is_cancelled_not_a_server_error(
+    make_settings: MakeSettings,
+) -> None:
+    """With ASGI 2.4, uvicorn's send raises once the client has closed the connection
+    and Starlette's StreamingResponse turns that into ClientDisconnect, which leaves
+    vLLM's app: the request is `cancelled`, as when vLLM's handler hears the
+    disconnect first, not `protocol`, and its status stays the 200 it started with."""
+    token = b'data: {"choices":[{"index":0,"delta":{"content":"t"}}]}\n\n'
+
+    async def streaming(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE})
+            for _ in range(5):
+                await send({"type": "http.response.body", "body": token, "more_body": True})
+        except OSError:
+            raise ClientDisconnect() from None
+
+    async def client_gone_after_two_events(message: Message) -> None:
+        sent.append(message)
+        if len(sent) > 2:
+            raise ClientDisconnected()
+
+    sent: list[Message] = []
+    registry = CollectorRegistry()
+    gateway = EmbeddedGateway(streaming, make_settings(), registry)
+    body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
+    incoming = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        return incoming.pop() if incoming else await asyncio.Future()
+
+    scope = _http(authorization=f"Bearer {ALICE_KEY}")
+    with pytest.raises(ClientDisconnect):  # vLLM's own exception, passed on as it was
+        asyncio.run(gateway(scope, receive, client_gone_after_two_events))
+    replica = "gateway_upstream_requests_total"
+    assert registry.get_sample_value(replica, {"replica": "embedded", "outcome": "cancelled"}) == 1
+    assert registry.get_sample_value(replica, {"replica": "embedded", "outcome": "protocol"}) == 0
+    requests = {"route": CHAT, "status_class": "2xx"}
+    assert registry.get_sample_value("gateway_requests_total", requests) == 1
+    assert registry.get_sample_value("gateway_in_flight") == 0
 
 
 def test_the_thermal_guard_polls_beside_vllms_lifespan(make_settings: MakeSettings) -> None:
