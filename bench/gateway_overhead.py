@@ -16,6 +16,10 @@
     python -m bench.gateway_overhead --vllm-url URL --spin 100,300
                        # also race gateways spending 100 and 300 us more CPU per request:
                        # what a us of per-request CPU costs in TTFT, and a gateway with none
+    python -m bench.gateway_overhead --vllm-url URL --embedded-bypass TOKEN --spin 100,300
+                       # the same for the embedded gateway: that vLLM runs
+                       # bench.spin_embedded.SpinningEmbeddedGateway, which spins on
+                       # vLLM's loop what the header x-bench-spin-us asks
 
 Starts the upstream (unless --vllm-url) and `python -m gateway` (auth off; one
 per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
@@ -61,6 +65,9 @@ import httpx
 from bench.launcher import free_port
 from bench.overhead_stats import TTFT_P50, Estimate, Ratios, bootstrap, fitted_ttft, pct
 from bench.schedwait import WaitMeter, describe
+from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
+from bench.spin_embedded import PROBE_ANSWER, PROBE_PATH
+from bench.spin_embedded import SPIN_HEADER as SPIN_HEADER_BYTES
 from tools.sigterm import run_interruptible
 
 CONCURRENCY = (1, 8, 32)
@@ -304,23 +311,32 @@ def _print_targets(streams: int, ratios: dict[str, Ratios]) -> None:
             print(f"  {name:>12} {target!s:<17} {verdict:<10} pooled {pooled}{also}")
 
 
-SPIN_NAME = re.compile(r"gw\+(\d+)us")
+SPIN_NAME = re.compile(r"(gw|embedded)\+(\d+)us")
 CALIBRATION_CPU_ROUNDS = 20
+SPIN_HEADER = SPIN_HEADER_BYTES.decode()
+# The embedded gateway's own CPU per request, timed in-process (bench/embedded_cost.py).
+EMBEDDED_COST_REQUESTS, EMBEDDED_COST_REPEATS = 1000, 3
 
 
-def spin_name(microseconds: int) -> str:
-    return f"gw+{microseconds}us"
+def spin_name(microseconds: int, embedded: bool = False) -> str:
+    """The path of a spinning copy: `gw+100us` beside the standalone gateway,
+    `embedded+100us` beside the embedded one (bench/spin_embedded.py)."""
+    return f"{'embedded' if embedded else 'gw'}+{microseconds}us"
 
 
 def _print_calibration(streams: int, results: dict[str, list[Round]], own_us: float | None) -> None:
     """With `--spin`: the line through the gateway and its spinning copies, pooled TTFT
-    p50 ratio against µs of CPU added per request before forwarding.  With the gateway's
-    own CPU per request (`own_us`) known, the line also bounds what cutting it could
-    give: removing all of it, if each µs were worth what a µs spun before forwarding
-    costs (assumed the dearest place: CPU spent after the first token is relayed
-    should cost TTFT less; argued, not measured)."""
-    added = {"gateway": 0.0} | {
-        name: float(m.group(1)) for name in results if (m := SPIN_NAME.fullmatch(name))
+    p50 ratio against µs of CPU added per request before forwarding (the embedded
+    gateway and its `embedded+…` paths when the run has an `embedded` path).  With the
+    gateway's own CPU per request (`own_us`) known, the line also bounds what cutting it
+    could give: removing all of it, if each µs were worth what a µs spun before
+    forwarding costs (assumed the dearest place: CPU spent after the first token is
+    relayed should cost TTFT less; argued, not measured)."""
+    base, prefix = (EMBEDDED, "embedded") if EMBEDDED in results else ("gateway", "gw")
+    added = {base: 0.0} | {
+        name: float(m.group(2))
+        for name in results
+        if (m := SPIN_NAME.fullmatch(name)) and m.group(1) == prefix
     }
     points = [(us, results[name]) for name, us in added.items() if name in results]
     if len(points) < 2:
@@ -335,8 +351,9 @@ def _print_calibration(streams: int, results: dict[str, list[Round]], own_us: fl
     if own_us is None:
         return
     none = bootstrap(n, fitted_ttft(points, direct, at_us=-own_us))
+    source = "in-process hot loop" if base == EMBEDDED else "synthetic upstream"
     print(
-        f"  the gateway's own CPU per request (synthetic upstream): {own_us:.0f} us; at best, "
+        f"  the gateway's own CPU per request ({source}): {own_us:.0f} us; at best, "
         f"with none of it: {none}, {TTFT_P50} {TTFT_P50.verdict(none)}"
     )
 
@@ -475,6 +492,37 @@ def load_rounds(paths: Sequence[str]) -> dict[int, dict[str, list[Round]]]:
     if not table:
         raise SystemExit("--pool: the runs share no concurrency level")
     return table
+
+
+def embedded_cpu_per_request_us() -> float:
+    """The embedded gateway's own CPU per request in µs, timed in this process around a
+    stand-in for vLLM (bench/embedded_cost.py; a hot loop, so a floor)."""
+    from bench import embedded_cost  # it imports this module
+
+    with tempfile.TemporaryDirectory(prefix="bench-embedded-cost-") as state:
+        cases = [
+            embedded_cost.measure(
+                tokens, EMBEDDED_COST_REQUESTS, EMBEDDED_COST_REPEATS, Path(state)
+            )
+            for tokens in (embedded_cost.SHORT, embedded_cost.LONG)
+        ]
+    return embedded_cost.split(*cases)[0]
+
+
+def _check_spinning_vllm(url: str) -> None:
+    """`--spin` with `--embedded-bypass`: the vLLM must run the spinning class, or the
+    header would be ignored and the calibration line come out flat."""
+    try:
+        answer = httpx.get(url + PROBE_PATH, timeout=10)
+        ok = answer.status_code == 200 and answer.content == PROBE_ANSWER
+    except httpx.HTTPError:
+        ok = False
+    if not ok:
+        raise SystemExit(
+            f"--spin with --embedded-bypass: {url} does not run the spinning embedded gateway "
+            f"(GET {PROBE_PATH} did not answer as it does).  Start vLLM with --middleware "
+            f"{SPIN_MIDDLEWARE} (bench.embedded_overhead --spin does)"
+        )
 
 
 def saved_cpu_per_request_us(paths: Sequence[str]) -> float | None:
@@ -793,7 +841,6 @@ def _check_embedded(args: argparse.Namespace) -> None:
         flag
         for flag, given in (
             ("--clients", args.clients),
-            ("--spin", args.spin),
             ("--before", args.before),
             ("--py-spy", args.py_spy),
             ("--cpu-cost", args.cpu_cost),
@@ -827,7 +874,7 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     also = _also(args.also)
     own_us = None
-    if args.spin:  # the gateway's own CPU per request, for the calibration's extrapolation
+    if args.spin and not args.embedded_bypass:  # for the calibration's extrapolation
         own_us = cpu_cost(None, levels[-1], CALIBRATION_CPU_ROUNDS)[0] * 1e6
     children: list[subprocess.Popen[bytes]] = []
     stack = contextlib.ExitStack()  # scratch directories, removed after the children stop
@@ -854,7 +901,14 @@ def _main(args: argparse.Namespace) -> int:
             wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
             name = "gw-" + client if client else "gateway"
             urls[name], gateways[name] = url, child
-        for spin_us in args.spin:
+        spin_headers: dict[str, dict[str, str]] = {}
+        if bypass and args.spin:  # the same vLLM, asked per request to spin (first: can it?)
+            _check_spinning_vllm(upstream)
+            own_us = embedded_cpu_per_request_us()
+            for spin_us in args.spin:
+                urls[spin_name(spin_us, embedded=True)] = upstream
+                spin_headers[spin_name(spin_us, embedded=True)] = {SPIN_HEADER: str(spin_us)}
+        for spin_us in args.spin if not bypass else []:
             child, url = _start_gateway(upstream, None, spin_us=spin_us)
             children.append(child)
             wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
@@ -886,8 +940,11 @@ def _main(args: argparse.Namespace) -> int:
             | proxies
         )
         headers = {DIRECT: bypass} if bypass else {}
-        if args.api_key:
-            headers[EMBEDDED] = {"authorization": f"Bearer {args.api_key}"}
+        if args.api_key:  # every path through the embedded gateway sends the key
+            for name in [EMBEDDED, *spin_headers]:
+                headers[name] = {"authorization": f"Bearer {args.api_key}"}
+        for name, spin_header in spin_headers.items():
+            headers[name] = headers.get(name, {}) | spin_header
         table, ratios = asyncio.run(_measure(urls, levels, args.rounds, body, args.events, headers))
         waits = meter.shares()
         print(describe(waits))

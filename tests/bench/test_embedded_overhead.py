@@ -24,14 +24,22 @@ def test_what_it_sets_itself_is_refused_clearly() -> None:
 
 @pytest.mark.vllm
 def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
-    """A short run (one vLLM start): both paths stream every token, the ratios and the
-    verdicts are printed for the embedded path, and vLLM is gone afterwards."""
-    done = _run("--concurrency", "2", "--rounds", "2", "--events", "8")
+    """A short run (one vLLM start): every path streams every token, the ratios and the
+    verdicts are printed for the embedded path, and vLLM is gone afterwards.  With
+    `--spin`, vLLM runs the spinning class: 20 ms spun on its loop per request put the
+    spinning path's first tokens tens of ms behind the embedded path's, and the line
+    through them slopes up."""
+    done = _run("--concurrency", "2", "--rounds", "2", "--events", "8", "--spin", "20000")
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert re.search(r"^\s*2\s+embedded/d pair\s+[\d.]+", out, re.M), out
     assert "failed" not in out, out
     assert re.search(r"embedded ttft p50 <= 1\.05x (met|missed|undecided)", out), out
+    rows = {m[1]: float(m[2]) for m in re.finditer(r"^\s*2\s+(\S+)\s+([\d.]+)", out, re.M)}
+    assert rows["embedded+20000us"] > rows["embedded"] + 20, out  # TTFT p50, ms
+    slope = re.search(r"\(embedded, embedded\+20000us\): .* per request (-?[\d.]+)", out)
+    assert slope is not None and float(slope[1]) > 0, out
+    assert "own CPU per request (in-process hot loop)" in out, out
     left = [
         p.pid
         for p in psutil.process_iter(["cmdline"])

@@ -156,7 +156,7 @@ def test_embedded_bypass_options_are_checked_before_anything_starts() -> None:
     cases = (
         (("--embedded-bypass", "t"), "--embedded-bypass needs --vllm-url"),
         (
-            ("--vllm-url", "http://127.0.0.1:9", "--embedded-bypass", "t", "--spin", "100"),
+            ("--vllm-url", "http://127.0.0.1:9", "--embedded-bypass", "t", "--clients", "httpx"),
             "cannot apply",
         ),
         (("--api-key", "sk-a"), "--api-key is for the embedded path"),

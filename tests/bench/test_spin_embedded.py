@@ -1,0 +1,132 @@
+"""The calibration class of the embedded gateway (`bench/spin_embedded.py`) and the
+overhead bench's `--spin` beside `--embedded-bypass` (the real-vLLM run is in
+tests/bench/test_embedded_overhead.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from starlette.types import Receive, Scope, Send
+
+from bench.gateway_overhead import Round, _print_calibration, spin_name, wait_ready
+from bench.launcher import free_port
+from bench.spin_embedded import PROBE_ANSWER, PROBE_PATH, SpinningEmbeddedGateway, spin_of
+from gateway.embedded import load_embedded_settings
+from tests.bench.overhead_cli import run_overhead
+from tests.gateway.test_embedded import Inner, _body, _call, _http, _status
+
+KEY = "sk-spin"
+BODY = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
+
+
+class TimedInner(Inner):
+    """`Inner` that notes the thread's CPU clock when vLLM's handler is reached."""
+
+    reached: list[int]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.reached.append(time.thread_time_ns())
+        await super().__call__(scope, receive, send)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SpinningEmbeddedGateway:
+    for name in list(os.environ):
+        if name.startswith("GATEWAY_"):
+            monkeypatch.delenv(name)
+    settings = load_embedded_settings(
+        api_keys=f"bench:{KEY}", salt_secret="s", state_dir=tmp_path / "state"
+    )
+    return SpinningEmbeddedGateway(TimedInner(), settings, CollectorRegistry())
+
+
+def _headers(**more: str) -> dict[str, Any]:
+    return _http(authorization=f"Bearer {KEY}", **more)
+
+
+def test_a_request_that_asks_spins_then_is_served_as_embedded(
+    gateway: SpinningEmbeddedGateway,
+) -> None:
+    inner = gateway.app
+    assert isinstance(inner, TimedInner)
+    before = time.thread_time_ns()
+    sent = _call(gateway, _headers(x_bench_spin_us="5000"), BODY)
+    assert inner.reached[0] - before >= 5_000_000  # spun before vLLM's handler ran
+    assert _status(sent) == 200 and _body(sent) == b"data: [DONE]\n\n"
+    scope, seen = inner.calls[0]
+    assert b'"cache_salt"' in seen and b'"include_usage":true' in seen  # the gateway's work
+    assert all(name != b"authorization" for name, _ in scope["headers"])
+
+
+def test_the_probe_answers_without_reaching_vllm(gateway: SpinningEmbeddedGateway) -> None:
+    sent = _call(gateway, _http(PROBE_PATH, "GET"))
+    assert _status(sent) == 200 and _body(sent) == PROBE_ANSWER
+    assert isinstance(gateway.app, TimedInner) and gateway.app.calls == []
+
+
+@pytest.mark.parametrize("raw", ["", "-5", "1.5", "100001", "9999999", "abc"])
+def test_a_bad_spin_header_is_refused_with_what_is_allowed(
+    gateway: SpinningEmbeddedGateway, raw: str
+) -> None:
+    sent = _call(gateway, _headers(x_bench_spin_us=raw), BODY)
+    assert _status(sent) == 400
+    assert b"expected whole microseconds, 0-100000" in _body(sent)
+    assert isinstance(gateway.app, TimedInner) and gateway.app.calls == []
+
+
+def test_spin_of_takes_whole_microseconds_up_to_the_bound() -> None:
+    assert [spin_of(v) for v in (b"0", b"100", b"100000")] == [0, 100, 100000]
+    assert [spin_of(v) for v in (b"100001", b"", b"+1", b"1e3", b" 5")] == [None] * 5
+
+
+def _rounds(ttft_s: float, n: int = 6) -> list[Round]:
+    return [Round(ttft_s=[ttft_s] * 4, tokens=40, wall_s=1.0) for _ in range(n)]
+
+
+def test_calibration_runs_through_the_embedded_path_and_its_spinning_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    results = {
+        "direct": _rounds(0.100),
+        "embedded": _rounds(0.105),  # 1.05x
+        "nginx": _rounds(0.102),  # not part of the line
+        spin_name(100, embedded=True): _rounds(0.113),  # +0.08 per 100 us
+        spin_name(300, embedded=True): _rounds(0.129),
+    }
+    _print_calibration(32, results, own_us=50.0)
+    out = capsys.readouterr().out
+    assert "calibration at 32 streams (embedded, embedded+100us, embedded+300us)" in out
+    assert "per 100 us of gateway CPU per request 0.080" in out
+    # 1.05 - 0.5 * 0.08 = 1.01, with no spread at all: met.
+    assert "own CPU per request (in-process hot loop): 50 us" in out
+    assert "at best, with none of it: 1.010" in out and "ttft p50 <= 1.05x met" in out
+
+
+def test_spin_beside_the_embedded_bypass_needs_the_spinning_class() -> None:
+    """Against an upstream that does not run it (the synthetic one answers any path
+    with a stream), the bench stops before measuring and says how to start vLLM."""
+    port = free_port()
+    code = f"import bench.gateway_overhead as b; b.serve_synthetic({port}, 4, 0.001)"
+    upstream = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", "/health")
+        args = ["--vllm-url", f"http://127.0.0.1:{port}", "--embedded-bypass", "t"]
+        done = run_overhead(*args, "--spin", "100", "--rounds", "1", "--concurrency", "1")
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    assert done.returncode != 0, done.stdout
+    assert "does not run the spinning embedded gateway" in done.stderr
+    assert "--middleware bench.spin_embedded.SpinningEmbeddedGateway" in done.stderr
+    assert "Traceback" not in done.stderr and "streams" not in done.stdout
