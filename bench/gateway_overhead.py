@@ -66,7 +66,7 @@ from bench.launcher import free_port
 from bench.overhead_stats import TTFT_P50, Estimate, Ratios, bootstrap, fitted_ttft, pct
 from bench.schedwait import WaitMeter, describe
 from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
-from bench.spin_embedded import PROBE_ANSWER, PROBE_PATH
+from bench.spin_embedded import PROBE_PATH
 from bench.spin_embedded import SPIN_HEADER as SPIN_HEADER_BYTES
 from tools.sigterm import run_interruptible
 
@@ -314,8 +314,6 @@ def _print_targets(streams: int, ratios: dict[str, Ratios]) -> None:
 SPIN_NAME = re.compile(r"(gw|embedded)\+(\d+)us")
 CALIBRATION_CPU_ROUNDS = 20
 SPIN_HEADER = SPIN_HEADER_BYTES.decode()
-# The embedded gateway's own CPU per request, timed in-process (bench/embedded_cost.py).
-EMBEDDED_COST_REQUESTS, EMBEDDED_COST_REPEATS = 1000, 3
 
 
 def spin_name(microseconds: int, embedded: bool = False) -> str:
@@ -351,7 +349,7 @@ def _print_calibration(streams: int, results: dict[str, list[Round]], own_us: fl
     if own_us is None:
         return
     none = bootstrap(n, fitted_ttft(points, direct, at_us=-own_us))
-    source = "in-process hot loop" if base == EMBEDDED else "synthetic upstream"
+    source = "before vLLM's handler, on its loop" if base == EMBEDDED else "synthetic upstream"
     print(
         f"  the gateway's own CPU per request ({source}): {own_us:.0f} us; at best, "
         f"with none of it: {none}, {TTFT_P50} {TTFT_P50.verdict(none)}"
@@ -494,35 +492,46 @@ def load_rounds(paths: Sequence[str]) -> dict[int, dict[str, list[Round]]]:
     return table
 
 
-def embedded_cpu_per_request_us() -> float:
-    """The embedded gateway's own CPU per request in µs, timed in this process around a
-    stand-in for vLLM (bench/embedded_cost.py; a hot loop, so a floor)."""
-    from bench import embedded_cost  # it imports this module
-
-    with tempfile.TemporaryDirectory(prefix="bench-embedded-cost-") as state:
-        cases = [
-            embedded_cost.measure(
-                tokens, EMBEDDED_COST_REQUESTS, EMBEDDED_COST_REPEATS, Path(state)
-            )
-            for tokens in (embedded_cost.SHORT, embedded_cost.LONG)
-        ]
-    return embedded_cost.split(*cases)[0]
+def spinning_figures(url: str) -> dict[str, Any] | None:
+    """What the spinning embedded gateway (bench/spin_embedded.py) in the vLLM at `url`
+    timed of its own work before vLLM's handler since it was last asked, or None when
+    that vLLM does not run it."""
+    try:
+        answer = httpx.get(url + PROBE_PATH, timeout=10)
+        figures = answer.json() if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    if not isinstance(figures, dict) or figures.get("spin_header") != SPIN_HEADER:
+        return None
+    pre = figures.get("pre_forward_us")
+    return pre if isinstance(pre, dict) else None
 
 
 def _check_spinning_vllm(url: str) -> None:
     """`--spin` with `--embedded-bypass`: the vLLM must run the spinning class, or the
     header would be ignored and the calibration line come out flat."""
-    try:
-        answer = httpx.get(url + PROBE_PATH, timeout=10)
-        ok = answer.status_code == 200 and answer.content == PROBE_ANSWER
-    except httpx.HTTPError:
-        ok = False
-    if not ok:
+    if spinning_figures(url) is None:
         raise SystemExit(
             f"--spin with --embedded-bypass: {url} does not run the spinning embedded gateway "
             f"(GET {PROBE_PATH} did not answer as it does).  Start vLLM with --middleware "
             f"{SPIN_MIDDLEWARE} (bench.embedded_overhead --spin does)"
         )
+
+
+def _embedded_own_us(url: str) -> float | None:
+    """After a `--spin` run: the embedded gateway's mean CPU per request before vLLM's
+    handler, on vLLM's loop during the run (printed; None when it timed none)."""
+    figures = spinning_figures(url) or {}
+    mean, n = figures.get("mean"), figures.get("requests", 0)
+    if not isinstance(mean, int | float) or not n:
+        print("the embedded gateway timed no request before vLLM's handler")
+        return None
+    print(
+        f"the embedded gateway's own CPU before vLLM's handler, on vLLM's loop in this run: "
+        f"mean {mean:.1f} us, p50 {figures.get('p50')} us over {n} requests "
+        f"({figures.get('dropped', 0)} not timed: the loop ran other tasks meanwhile)"
+    )
+    return float(mean)
 
 
 def saved_cpu_per_request_us(paths: Sequence[str]) -> float | None:
@@ -904,7 +913,6 @@ def _main(args: argparse.Namespace) -> int:
         spin_headers: dict[str, dict[str, str]] = {}
         if bypass and args.spin:  # the same vLLM, asked per request to spin (first: can it?)
             _check_spinning_vllm(upstream)
-            own_us = embedded_cpu_per_request_us()
             for spin_us in args.spin:
                 urls[spin_name(spin_us, embedded=True)] = upstream
                 spin_headers[spin_name(spin_us, embedded=True)] = {SPIN_HEADER: str(spin_us)}
@@ -948,6 +956,8 @@ def _main(args: argparse.Namespace) -> int:
         table, ratios = asyncio.run(_measure(urls, levels, args.rounds, body, args.events, headers))
         waits = meter.shares()
         print(describe(waits))
+        if spin_headers:
+            own_us = _embedded_own_us(upstream)
         if ratios:
             top = max(ratios)
             _print_targets(top, ratios[top])

@@ -13,31 +13,66 @@ ones says what a microsecond of the gateway's per-request work on that loop cost
 TTFT (docs/gateway.md, "Overhead").  Nothing else differs from the real class: requests
 without the header, and `send`, are untouched.
 
-`GET /bench/spin-embedded` answers `PROBE_ANSWER` so the bench can check, before it measures, that
-vLLM runs this class (the header would otherwise be ignored and the line be flat).
+It also times, on the thread's CPU clock, the gateway's own work before vLLM's handler
+runs (reading and preparing the request, admission: what a spin stands for), for every
+request it serves.  `GET /bench/spin-embedded` answers those figures as JSON (and
+starts them again), so the bench can check, before it measures, that vLLM runs this
+class (the header would otherwise be ignored and the line be flat), and afterwards read
+what the gateway itself spent there during the run.
 """
 
 from __future__ import annotations
 
-from starlette.types import Receive, Scope, Send
+import json
+import statistics
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bench.spin_gateway import MAX_SPIN_US, spin
 from gateway.embedded import EmbeddedGateway, _answer
+from gateway.settings import GatewaySettings
 
 SPIN_HEADER = b"x-bench-spin-us"
 PROBE_PATH = "/bench/spin-embedded"
-PROBE_ANSWER = b'{"spin": "x-bench-spin-us"}'
 MIDDLEWARE = "bench.spin_embedded.SpinningEmbeddedGateway"
+_STARTED = "sparkserve.bench.started"  # scope key: (thread CPU ns, wall ns) at the start
+# A span whose wall time exceeds its CPU time by more than this may hold other tasks'
+# work (the loop switched at an await): it is counted as dropped, not timed.
+SWITCH_NS = 200_000
+MAX_SAMPLES = 1_000_000
 
 
 class SpinningEmbeddedGateway(EmbeddedGateway):
     """`EmbeddedGateway` that spins the microseconds a request's `x-bench-spin-us` asks
-    for before handling it (module docstring)."""
+    for before handling it, and times its own work before vLLM's handler (module
+    docstring)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        settings: GatewaySettings | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        super().__init__(app, settings, registry)
+        self.pre_forward_ns: list[int] = []
+        self.dropped = 0
+        handler = self.app
+
+        async def reached(scope: Scope, receive: Receive, send: Send) -> None:
+            started = scope.get(_STARTED)
+            if started is not None:
+                self._note(started)
+            await handler(scope, receive, send)
+
+        self.app = reached
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             if scope["path"] == PROBE_PATH:
-                await _answer(send, 200, PROBE_ANSWER)
+                await _answer(send, 200, self.probe_answer())
                 return
             for name, value in scope["headers"]:
                 if name == SPIN_HEADER:
@@ -51,7 +86,28 @@ class SpinningEmbeddedGateway(EmbeddedGateway):
                         return
                     spin(microseconds)
                     break
+            bypassed = self.bypass is not None and self._bypassed(scope)
+            if not bypassed and (scope["method"], scope["path"]) in self.routes:
+                scope[_STARTED] = (time.thread_time_ns(), time.perf_counter_ns())
         await super().__call__(scope, receive, send)
+
+    def _note(self, started: tuple[int, int]) -> None:
+        cpu = time.thread_time_ns() - started[0]
+        wall = time.perf_counter_ns() - started[1]
+        if wall - cpu > SWITCH_NS:
+            self.dropped += 1
+        elif len(self.pre_forward_ns) < MAX_SAMPLES:
+            self.pre_forward_ns.append(cpu)
+
+    def probe_answer(self) -> bytes:
+        """The figures since the last probe, as JSON; they start again."""
+        samples, dropped = self.pre_forward_ns, self.dropped
+        self.pre_forward_ns, self.dropped = [], 0
+        figures: dict[str, Any] = {"requests": len(samples), "dropped": dropped}
+        if samples:
+            figures["mean"] = round(statistics.fmean(samples) / 1000, 1)
+            figures["p50"] = round(statistics.median(samples) / 1000, 1)
+        return json.dumps({"spin_header": SPIN_HEADER.decode(), "pre_forward_us": figures}).encode()
 
 
 def spin_of(value: bytes) -> int | None:

@@ -4,6 +4,7 @@ tests/bench/test_embedded_overhead.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from bench.gateway_overhead import Round, _print_calibration, spin_name, wait_ready
 from bench.launcher import free_port
-from bench.spin_embedded import PROBE_ANSWER, PROBE_PATH, SpinningEmbeddedGateway, spin_of
+from bench.spin_embedded import PROBE_PATH, SpinningEmbeddedGateway, spin_of
 from gateway.embedded import load_embedded_settings
 from tests.bench.overhead_cli import run_overhead
 from tests.gateway.test_embedded import Inner, _body, _call, _http, _status
@@ -41,14 +42,21 @@ class TimedInner(Inner):
 
 
 @pytest.fixture
-def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SpinningEmbeddedGateway:
+def inner() -> TimedInner:
+    return TimedInner()
+
+
+@pytest.fixture
+def gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inner: TimedInner
+) -> SpinningEmbeddedGateway:
     for name in list(os.environ):
         if name.startswith("GATEWAY_"):
             monkeypatch.delenv(name)
     settings = load_embedded_settings(
         api_keys=f"bench:{KEY}", salt_secret="s", state_dir=tmp_path / "state"
     )
-    return SpinningEmbeddedGateway(TimedInner(), settings, CollectorRegistry())
+    return SpinningEmbeddedGateway(inner, settings, CollectorRegistry())
 
 
 def _headers(**more: str) -> dict[str, Any]:
@@ -56,10 +64,8 @@ def _headers(**more: str) -> dict[str, Any]:
 
 
 def test_a_request_that_asks_spins_then_is_served_as_embedded(
-    gateway: SpinningEmbeddedGateway,
+    gateway: SpinningEmbeddedGateway, inner: TimedInner
 ) -> None:
-    inner = gateway.app
-    assert isinstance(inner, TimedInner)
     before = time.thread_time_ns()
     sent = _call(gateway, _headers(x_bench_spin_us="5000"), BODY)
     assert inner.reached[0] - before >= 5_000_000  # spun before vLLM's handler ran
@@ -69,20 +75,51 @@ def test_a_request_that_asks_spins_then_is_served_as_embedded(
     assert all(name != b"authorization" for name, _ in scope["headers"])
 
 
-def test_the_probe_answers_without_reaching_vllm(gateway: SpinningEmbeddedGateway) -> None:
+def _probe(gateway: SpinningEmbeddedGateway) -> dict[str, Any]:
     sent = _call(gateway, _http(PROBE_PATH, "GET"))
-    assert _status(sent) == 200 and _body(sent) == PROBE_ANSWER
-    assert isinstance(gateway.app, TimedInner) and gateway.app.calls == []
+    assert _status(sent) == 200
+    answer = json.loads(_body(sent))
+    assert answer["spin_header"] == "x-bench-spin-us"
+    return dict(answer["pre_forward_us"])
+
+
+def test_the_probe_answers_the_work_timed_before_vllms_handler(
+    gateway: SpinningEmbeddedGateway, inner: TimedInner, tmp_path: Path
+) -> None:
+    """Proxied requests through the gateway are timed (not the spin, not bypassed
+    ones, not the probe itself, which never reaches vLLM); each probe starts again."""
+    assert _probe(gateway) == {"requests": 0, "dropped": 0}
+    assert inner.calls == []  # the probe never reaches vLLM
+    for _ in range(3):
+        _call(gateway, _headers(x_bench_spin_us="20000"), BODY)
+    _call(gateway, _http("/health", "GET"), b"")  # not a proxied route
+    figures = _probe(gateway)
+    assert figures["requests"] == 3 and figures["dropped"] == 0
+    assert 0 < figures["p50"] < 20000 and 0 < figures["mean"] < 20000  # the spin is not in it
+    assert _probe(gateway)["requests"] == 0
+    bypassing = SpinningEmbeddedGateway(
+        TimedInner(),
+        load_embedded_settings(
+            api_keys=f"bench:{KEY}",
+            salt_secret="s",
+            state_dir=tmp_path / "b",
+            embedded_bypass_token="tok",
+        ),
+        CollectorRegistry(),
+    )
+    _call(bypassing, _http(x_sparkserve_bypass="tok"), BODY)
+    _call(bypassing, _headers(), BODY)
+    assert _probe(bypassing)["requests"] == 1
 
 
 @pytest.mark.parametrize("raw", ["", "-5", "1.5", "100001", "9999999", "abc"])
 def test_a_bad_spin_header_is_refused_with_what_is_allowed(
-    gateway: SpinningEmbeddedGateway, raw: str
+    gateway: SpinningEmbeddedGateway, inner: TimedInner, raw: str
 ) -> None:
     sent = _call(gateway, _headers(x_bench_spin_us=raw), BODY)
     assert _status(sent) == 400
     assert b"expected whole microseconds, 0-100000" in _body(sent)
-    assert isinstance(gateway.app, TimedInner) and gateway.app.calls == []
+    assert inner.calls == []
 
 
 def test_spin_of_takes_whole_microseconds_up_to_the_bound() -> None:
@@ -109,7 +146,7 @@ def test_calibration_runs_through_the_embedded_path_and_its_spinning_ones(
     assert "calibration at 32 streams (embedded, embedded+100us, embedded+300us)" in out
     assert "per 100 us of gateway CPU per request 0.080" in out
     # 1.05 - 0.5 * 0.08 = 1.01, with no spread at all: met.
-    assert "own CPU per request (in-process hot loop): 50 us" in out
+    assert "own CPU per request (before vLLM's handler, on its loop): 50 us" in out
     assert "at best, with none of it: 1.010" in out and "ttft p50 <= 1.05x met" in out
 
 
