@@ -529,7 +529,8 @@ def _embedded_own_us(url: str) -> float | None:
     print(
         f"the embedded gateway's own CPU before vLLM's handler, on vLLM's loop in this run: "
         f"mean {mean:.1f} us, p50 {figures.get('p50')} us over {n} requests "
-        f"({figures.get('dropped', 0)} not timed: the loop ran other tasks meanwhile)"
+        f"({figures.get('dropped', 0)} not timed: the request waited and the loop ran "
+        "other work meanwhile)"
     )
     return float(mean)
 

@@ -4,6 +4,7 @@ tests/bench/test_embedded_overhead.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from bench.gateway_overhead import Round, _print_calibration, spin_name, wait_ready
 from bench.launcher import free_port
@@ -110,6 +111,24 @@ def test_the_probe_answers_the_work_timed_before_vllms_handler(
     _call(bypassing, _http(x_sparkserve_bypass="tok"), BODY)
     _call(bypassing, _headers(), BODY)
     assert _probe(bypassing)["requests"] == 1
+
+
+def test_a_request_that_waited_before_vllms_handler_is_not_timed(
+    gateway: SpinningEmbeddedGateway, inner: TimedInner
+) -> None:
+    """Its body came after the loop ran other work, whose CPU the span would hold."""
+    pending = [{"type": "http.request", "body": BODY, "more_body": False}]
+
+    async def late_receive() -> Message:
+        await asyncio.sleep(0)  # the loop turns: other work may run
+        return pending.pop()
+
+    async def send(message: Message) -> None:
+        pass
+
+    asyncio.run(gateway(_headers(), late_receive, send))
+    assert len(inner.calls) == 1  # served, not timed
+    assert _probe(gateway) == {"requests": 0, "dropped": 1}
 
 
 @pytest.mark.parametrize("raw", ["", "-5", "1.5", "100001", "9999999", "abc"])
