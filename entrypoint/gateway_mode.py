@@ -26,6 +26,7 @@ BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded.py
 # vLLM's flags (and their short forms) that start more than one API server process.
 API_SERVER_COUNT = ("--api-server-count", "-asc")
 DATA_PARALLEL_SIZE = ("--data-parallel-size", "-dp")
+CONFIG = ("--config",)  # a YAML file of vLLM flags (vllm/utils/argparse_utils.py)
 
 
 def bypass_env(config: EntrypointConfig) -> dict[str, str]:
@@ -74,14 +75,52 @@ def api_servers_problem(extra_args: Sequence[str]) -> str | None:
     return None
 
 
+def config_file_flags(path: str) -> list[str]:
+    """The flags with one value each in vLLM's `--config` YAML file, as vLLM's parser
+    turns its keys into flags (`api-server-count: 2` → `--api-server-count 2`); the
+    others (switches, lists, nested settings) decide no API server count.
+    `PreflightError` when the file cannot be read as such."""
+    try:
+        import yaml  # type: ignore[import-untyped]  # no stubs installed
+    except ImportError:  # no vLLM here (it needs PyYAML): its own start reads the file
+        return []
+    where = f"SPARKSERVE_VLLM_EXTRA_ARGS --config {path}"
+    try:
+        with open(path, encoding="utf-8") as file:
+            loaded = yaml.safe_load(file)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        raise PreflightError(f"{where}: cannot read it as YAML ({reason})") from None
+    if not isinstance(loaded, dict):
+        raise PreflightError(
+            f"{where}: expected a mapping of vLLM flags to values (e.g. "
+            f"'max-num-seqs: 64'), got {type(loaded).__name__}"
+        )
+    flags: list[str] = []
+    for key, value in loaded.items():
+        if value is not None and not isinstance(value, bool | list | dict):
+            flags += [f"--{key}", str(value)]
+    return flags
+
+
+def as_vllm_reads(extra_args: Sequence[str]) -> list[str]:
+    """`extra_args` with the flags of their `--config` file first, where vLLM's parser
+    puts them (so the command line wins over the file)."""
+    path = _last_value(extra_args, CONFIG)
+    return [*config_file_flags(path), *extra_args] if path else list(extra_args)
+
+
 def check_embedded(config: EntrypointConfig) -> None:
     """Pre-flight of the embedded gateway; `PreflightError` naming the problem."""
     if config.gateway != EMBEDDED:
         return
-    problem = api_servers_problem(config.vllm_extra_args)
+    problem = api_servers_problem(as_vllm_reads(config.vllm_extra_args))
     if problem is not None:
+        where = "SPARKSERVE_VLLM_EXTRA_ARGS"
+        if api_servers_problem(config.vllm_extra_args) is None:
+            where += f" (its --config {_last_value(config.vllm_extra_args, CONFIG)})"
         raise PreflightError(
-            f"SPARKSERVE_GATEWAY=embedded: SPARKSERVE_VLLM_EXTRA_ARGS has {problem}, and the "
+            f"SPARKSERVE_GATEWAY=embedded: {where} has {problem}, and the "
             "embedded gateway needs one API server process (each would count its own "
             "admission limits, and vLLM's /metrics would not show the gateway's "
             f"histograms); add {API_SERVER_COUNT[0]} 1, or use the standalone gateway "

@@ -102,6 +102,66 @@ def test_more_than_one_api_server_is_refused(monkeypatch, tmp_path, extra, refus
     check_embedded(load_config({"SPARKSERVE_VLLM_EXTRA_ARGS": extra}))  # off: allowed
 
 
+@pytest.mark.parametrize(
+    ("yaml_text", "extra", "refused"),
+    [
+        ("api-server-count: 2\nmax-num-seqs: 8\n", "", "--api-server-count 2"),
+        ("api_server_count: 4\n", "--max-num-seqs 8", "--api-server-count 4"),
+        ("data-parallel-size: 2\n", "", "--data-parallel-size 2, which starts"),
+        ("data-parallel-size: 2\napi-server-count: 1\n", "", None),
+        ("api-server-count: 2\n", "--api-server-count 1", None),  # the command line wins
+        ("data-parallel-size: 2\n", "-asc 1", None),
+        ("enforce-eager: true\nmax-num-seqs: 8\nserved-model-name: [a, b]\n", "", None),
+    ],
+)
+def test_a_config_file_that_starts_several_api_servers_is_refused(
+    monkeypatch, tmp_path, yaml_text, extra, refused
+):
+    """vLLM's `--config FILE` flags count as vLLM's parser reads them: first, so the
+    command line wins over the file."""
+    monkeypatch.setenv("GATEWAY_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GATEWAY_API_KEYS", "team-a:sk-a")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    path = tmp_path / "vllm.yaml"
+    path.write_text(yaml_text)
+    args = f"--config {path} {extra}".strip()
+    config = load_config({"SPARKSERVE_GATEWAY": "embedded", "SPARKSERVE_VLLM_EXTRA_ARGS": args})
+    if refused is None:
+        check_embedded(config)
+        return
+    with pytest.raises(PreflightError) as error:
+        check_embedded(config)
+    message = str(error.value)
+    assert f"SPARKSERVE_VLLM_EXTRA_ARGS (its --config {path}) has {refused}" in message
+    assert "add --api-server-count 1, or use the standalone gateway" in message
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (None, "cannot read it as YAML (FileNotFoundError"),
+        ("a: [unclosed\n", "cannot read it as YAML (ParserError"),
+        ("- api-server-count\n", "expected a mapping of vLLM flags to values"),
+        (b"\xff\xfe", "cannot read it as YAML (UnicodeDecodeError"),
+    ],
+)
+def test_an_unreadable_config_file_is_named_in_pre_flight(monkeypatch, tmp_path, content, reason):
+    monkeypatch.setenv("GATEWAY_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GATEWAY_API_KEYS", "team-a:sk-a")
+    path = tmp_path / "vllm.yaml"
+    if isinstance(content, str):
+        path.write_text(content)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    extra = f"--config={path}"
+    config = load_config({"SPARKSERVE_GATEWAY": "embedded", "SPARKSERVE_VLLM_EXTRA_ARGS": extra})
+    with pytest.raises(PreflightError) as error:
+        check_embedded(config)
+    message = str(error.value)
+    assert f"SPARKSERVE_VLLM_EXTRA_ARGS --config {path}: {reason}" in message
+    assert "\n" not in message
+
+
 def test_vllms_multiprocess_metrics_are_refused_in_pre_flight(monkeypatch, tmp_path):
     """Set by hand (or by vLLM for its API servers), PROMETHEUS_MULTIPROC_DIR makes
     vLLM's /metrics read other files than the gateway's registry."""
