@@ -219,6 +219,7 @@ class EmbeddedGateway:
         try:
             waited = await self.admission.acquire(key)
         except Overloaded as error:
+            forward.done()
             await self._refuse(send, count, error)
             return
         metrics.queue_wait.observe(waited)
@@ -241,6 +242,7 @@ class EmbeddedGateway:
             self._outcomes[outcome].inc()
             self.admission.release(key)
             count(CLIENT_CLOSED_STATUS)  # no response started: the client left first
+            forward.done()
 
     async def _refuse(self, send: Send, count: RequestCount, error: GatewayError) -> None:
         reason = rejection_reason(error)

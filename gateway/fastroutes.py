@@ -107,3 +107,4 @@ class FastRoutes:
                 await send_json_error(send, GatewayError("Internal gateway error."))
         finally:
             count(CLIENT_CLOSED_STATUS)  # no response started: the client left first
+            forward.done()  # also when the client had left before the response was armed

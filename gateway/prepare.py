@@ -8,6 +8,7 @@ the JSON sent upstream is the client's object with the gateway's changes.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,8 +107,9 @@ class Preparer:
         parsed = parse_json(await read_body(request, self.max_body_bytes))
         body: dict[str, Any] = parsed.value
         extra: dict[str, str] = {}
+        after = None
         if path == "/v1/chat/completions":
-            body = self._layout(request, principal, body, extra)
+            body, after = self._layout(request, principal, body, extra)
         if path in SALTED_ROUTES:
             body["cache_salt"] = self.salts.salt_for(principal.tenant, body.get("cache_salt"))
         stream = body.get("stream") is True
@@ -128,11 +130,16 @@ class Preparer:
             generation=path in GENERATION_ROUTES,
             extra_headers=extra,
             affinity=affinity_key(path, body) if self.affinity_needed else None,
+            after=after,
         )
 
     def _layout(
         self, request: Incoming, principal: Principal, body: dict[str, Any], extra: dict[str, str]
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], Callable[[], None]]:
+        """The messages and tools to send, and the request's prefix divergence to note
+        once the gateway is through with it: the forward does not wait for it, and on
+        vLLM's loop (the embedded gateway) every µs before the handover delays the
+        burst's first tokens (docs/gateway.md, "sixth run")."""
         sent = body
         if self.layout_enabled and (request.header(LAYOUT_HEADER) or "").lower() != "off":
             sent, report = rewrite_chat(body, self.matcher)
@@ -141,11 +148,16 @@ class Preparer:
                 self.metrics.layout_rewrites.labels(kind).inc(count)
         else:
             extra[LAYOUT_HEADER_NAME] = "off"
-        key = session_key(principal.tenant, request.header(SESSION_HEADER), body)
-        segment = self.divergence.observe(key, sent)
-        if segment is not None:
-            self.metrics.prefix_divergence.labels(segment).inc()
-        return sent
+        session_id = request.header(SESSION_HEADER)
+        messages, tools = sent.get("messages"), sent.get("tools")  # before salt and usage
+
+        def note_divergence() -> None:
+            key = session_key(principal.tenant, session_id, body)
+            segment = self.divergence.observe(key, {"messages": messages, "tools": tools})
+            if segment is not None:
+                self.metrics.prefix_divergence.labels(segment).inc()
+
+        return sent, note_divergence
 
 
 def request_usage(body: dict[str, Any]) -> bool:

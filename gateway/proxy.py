@@ -11,6 +11,7 @@ aborts the request and frees its KV blocks.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from gateway.replicas import Replica
 from gateway.sse import EventSplitter, StreamObserver, plain_events
 from gateway.tenancy import Principal
 from gateway.upstream import Upstream, UpstreamResponse, response_headers
+
+log = logging.getLogger("gateway.proxy")
 
 # `gateway_upstream_requests_total` outcome of an exchange that completed.
 OK = "ok"
@@ -57,6 +60,18 @@ class Forward:
     affinity: bytes | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    # Work the request does not wait for (the prefix divergence of its session): run by
+    # `done` once the gateway is through with the request, out of its time to first token.
+    after: Callable[[], None] | None = None
+
+    def done(self) -> None:
+        """The gateway is through with this request: run `after`, once."""
+        after, self.after = self.after, None
+        if after is not None:
+            try:
+                after()
+            except Exception:
+                log.exception("unexpected error after %s", self.path)
 
 
 async def send_error(send: Send, error: GatewayError) -> None:
@@ -126,6 +141,8 @@ class ProxyResponse(Response):
             this = asyncio.current_task()
             assert this is not None
             this.uncancel()
+        finally:
+            self.forward.done()
 
     async def _watch(self, receive: Receive, task: asyncio.Task[Any]) -> bool:
         """Wait for the client to leave, then cancel `task` unless the response was

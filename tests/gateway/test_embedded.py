@@ -10,6 +10,7 @@ body messages.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -322,3 +323,26 @@ def test_the_clients_key_never_reaches_vllm(make_settings: MakeSettings) -> None
     assert len(inner.calls) == 4
     for scope, _ in inner.calls:
         assert all(name != b"authorization" for name, _ in scope["headers"]), scope["path"]
+
+
+def test_a_sessions_divergence_is_noted_after_vllms_handler(make_settings: MakeSettings) -> None:
+    """The next request of a session with another system prompt counts `system`, after
+    vLLM's handler answered: the handover never waits for the divergence hashes (on
+    vLLM's loop each µs before it delays the burst's first tokens)."""
+    registry = CollectorRegistry()
+    seen: list[float | None] = []
+
+    class Noting(Inner):
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            segment = {"segment": "system"}
+            seen.append(registry.get_sample_value("gateway_prefix_divergence_total", segment))
+            await super().__call__(scope, receive, send)
+
+    gateway = EmbeddedGateway(Noting(), make_settings(), registry)
+    headers = {"authorization": f"Bearer {ALICE_KEY}", "x_session_id": "s1"}
+    for prompt in ("You are A.", "You are B."):
+        messages = [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}]
+        body = json.dumps({"model": "tiny", "messages": messages}).encode()
+        assert _status(_call(gateway, _http(**headers), body)) == 200
+    assert seen == [None, None]  # not while vLLM's handler ran
+    assert registry.get_sample_value("gateway_prefix_divergence_total", {"segment": "system"}) == 1

@@ -143,3 +143,35 @@ def test_models_tokenize_and_embeddings_pass_through(
     assert tokenize.json() == {"echo": {"prompt": "x"}}
     embed = httpx.post(f"{gateway_url}/v1/embeddings", json={"input": "x"}, headers=auth())
     assert "cache_salt" in embed.json()["echo"]
+
+
+def test_a_sessions_divergence_is_noted_once_the_request_is_through(
+    fake_vllm: tuple[FakeVLLM, str], gateway_url: str, registry: CollectorRegistry
+) -> None:
+    """The next request of a session with another system prompt counts `system`, but
+    only after its response: the forward never waits for the divergence hashes."""
+    fake = fake_vllm[0]
+    url, session = f"{gateway_url}/v1/chat/completions", {"x-session-id": "s1", **auth()}
+    system = "segment"
+
+    def chat(prompt: str) -> dict[str, object]:
+        messages = [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}]
+        return {**CHAT, "messages": messages, "stream": True}
+
+    def noted() -> float | None:
+        return registry.get_sample_value("gateway_prefix_divergence_total", {system: "system"})
+
+    assert httpx.post(url, json=chat("You are A."), headers=session).status_code == 200
+    fake.hold = True
+    with httpx.stream("POST", url, json=chat("You are B."), headers=session) as response:
+        lines = response.iter_lines()
+        first = next(lines)
+        assert first.startswith("data: ") and "t0" in first
+        assert noted() is None  # mid-stream: not yet
+        fake.release.set()
+        rest = [line for line in lines if line]
+    assert rest[-1] == "data: [DONE]"
+    deadline = time.monotonic() + 5
+    while noted() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert noted() == 1
