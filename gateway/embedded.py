@@ -222,6 +222,9 @@ class EmbeddedGateway:
             forward.done()
             await self._refuse(send, count, error)
             return
+        except asyncio.CancelledError:  # the client left while waiting for a slot
+            forward.done()
+            raise
         metrics.queue_wait.observe(waited)
         metrics.in_flight.inc()
         self._replica_in_flight.inc()

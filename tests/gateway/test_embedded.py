@@ -346,3 +346,50 @@ def test_a_sessions_divergence_is_noted_after_vllms_handler(make_settings: MakeS
         assert _status(_call(gateway, _http(**headers), body)) == 200
     assert seen == [None, None]  # not while vLLM's handler ran
     assert registry.get_sample_value("gateway_prefix_divergence_total", {"segment": "system"}) == 1
+
+
+def test_a_request_whose_client_left_in_the_queue_is_compared_too(
+    make_settings: MakeSettings,
+) -> None:
+    """As in the standalone gateway: B, queued behind A and given up, is noted when it
+    leaves, so A (same session, other system prompt) counts `system` at its end."""
+    registry = CollectorRegistry()
+    release = asyncio.Event()
+
+    class Holding(Inner):
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            await release.wait()
+            await super().__call__(scope, receive, send)
+
+    gateway = EmbeddedGateway(Holding(), make_settings(max_concurrency=1), registry)
+    headers = {"authorization": f"Bearer {ALICE_KEY}", "x_session_id": "s1"}
+
+    def request(prompt: str) -> tuple[dict[str, Any], Receive]:
+        messages = [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}]
+        body = json.dumps({"model": "tiny", "messages": messages}).encode()
+        given = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> Message:
+            if given:
+                return given.pop()
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        return _http(**headers), receive
+
+    async def send(message: Message) -> None:
+        pass
+
+    async def run() -> None:
+        first = asyncio.create_task(gateway(*request("You are A."), send))
+        await asyncio.sleep(0.05)  # A holds the one slot
+        second = asyncio.create_task(gateway(*request("You are B."), send))
+        await asyncio.sleep(0.05)  # B waits in the queue
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        release.set()
+        await first
+
+    asyncio.run(asyncio.wait_for(run(), 10))
+    assert registry.get_sample_value("gateway_prefix_divergence_total", {"segment": "system"}) == 1
