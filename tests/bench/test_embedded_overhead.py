@@ -26,21 +26,21 @@ def test_what_it_sets_itself_is_refused_clearly() -> None:
 def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
     """A short run (one vLLM start): every path streams every token, the ratios and the
     verdicts are printed for the embedded path, and vLLM is gone afterwards.  With
-    `--spin`, vLLM runs the spinning class: 20 ms spun on its loop per request put the
-    spinning path's first tokens tens of ms behind the embedded path's, and the line
-    through them slopes up."""
-    done = _run("--concurrency", "2", "--rounds", "2", "--events", "8", "--spin", "20000")
+    `--spin`, vLLM runs the spinning class: 50 ms spun on its loop per request put the
+    spinning path's first tokens 50-100 ms behind the embedded path's (a stall of
+    vLLM in one round does not hide that), and the line through them slopes up."""
+    done = _run("--concurrency", "2", "--rounds", "2", "--events", "8", "--spin", "50000")
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert re.search(r"^\s*2\s+embedded/d pair\s+[\d.]+", out, re.M), out
     assert "failed" not in out, out
     assert re.search(r"embedded ttft p50 <= 1\.05x (met|missed|undecided)", out), out
     rows = {m[1]: float(m[2]) for m in re.finditer(r"^\s*2\s+(\S+)\s+([\d.]+)", out, re.M)}
-    assert rows["embedded+20000us"] > rows["embedded"] + 20, out  # TTFT p50, ms
-    slope = re.search(r"\(embedded, embedded\+20000us\): .* per request (-?[\d.]+)", out)
+    assert rows["embedded+50000us"] > rows["embedded"] + 25, out  # TTFT p50, ms
+    slope = re.search(r"\(embedded, embedded\+50000us\): .* per request (-?[\d.]+)", out)
     assert slope is not None and float(slope[1]) > 0, out
     timed = re.search(r"own CPU before vLLM's handler, on vLLM's loop .*: mean ([\d.]+) us", out)
-    assert timed is not None and 0 < float(timed[1]) < 20000, out  # the spin is not in it
+    assert timed is not None and 0 < float(timed[1]) < 50000, out  # the spin is not in it
     assert "own CPU per request (before vLLM's handler, on its loop)" in out, out
     left = [
         p.pid
