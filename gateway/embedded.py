@@ -215,16 +215,20 @@ class EmbeddedGateway:
             count(SERVER_ERROR_STATUS)
             await send_json_error(send, GatewayError("Internal gateway error."))
             return
-        key = forward.principal.key_id
+        try:
+            await self._admit_and_hand_over(forward, count, scope, receive, send)
+        finally:
+            forward.done()  # the gateway is through with it: answered, refused or left
+
+    async def _admit_and_hand_over(
+        self, forward: Forward, count: RequestCount, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        metrics, key = self.metrics, forward.principal.key_id
         try:
             waited = await self.admission.acquire(key)
         except Overloaded as error:
-            forward.done()
             await self._refuse(send, count, error)
             return
-        except asyncio.CancelledError:  # the client left while waiting for a slot
-            forward.done()
-            raise
         metrics.queue_wait.observe(waited)
         metrics.in_flight.inc()
         self._replica_in_flight.inc()
@@ -245,7 +249,6 @@ class EmbeddedGateway:
             self._outcomes[outcome].inc()
             self.admission.release(key)
             count(CLIENT_CLOSED_STATUS)  # no response started: the client left first
-            forward.done()
 
     async def _refuse(self, send: Send, count: RequestCount, error: GatewayError) -> None:
         reason = rejection_reason(error)
