@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from starlette.types import Message, Receive, Scope, Send
 
-from bench.gateway_overhead import Round, _print_calibration, spin_name, wait_ready
+from bench.gateway_overhead import wait_ready
 from bench.launcher import free_port
 from bench.spin_embedded import PROBE_PATH, SpinningEmbeddedGateway, spin_of
 from gateway.embedded import load_embedded_settings
@@ -144,29 +144,6 @@ def test_a_bad_spin_header_is_refused_with_what_is_allowed(
 def test_spin_of_takes_whole_microseconds_up_to_the_bound() -> None:
     assert [spin_of(v) for v in (b"0", b"100", b"100000")] == [0, 100, 100000]
     assert [spin_of(v) for v in (b"100001", b"", b"+1", b"1e3", b" 5")] == [None] * 5
-
-
-def _rounds(ttft_s: float, n: int = 6) -> list[Round]:
-    return [Round(ttft_s=[ttft_s] * 4, tokens=40, wall_s=1.0) for _ in range(n)]
-
-
-def test_calibration_runs_through_the_embedded_path_and_its_spinning_ones(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    results = {
-        "direct": _rounds(0.100),
-        "embedded": _rounds(0.105),  # 1.05x
-        "nginx": _rounds(0.102),  # not part of the line
-        spin_name(100, embedded=True): _rounds(0.113),  # +0.08 per 100 us
-        spin_name(300, embedded=True): _rounds(0.129),
-    }
-    _print_calibration(32, results, own_us=50.0)
-    out = capsys.readouterr().out
-    assert "calibration at 32 streams (embedded, embedded+100us, embedded+300us)" in out
-    assert "per 100 us of gateway CPU per request 0.080" in out
-    # 1.05 - 0.5 * 0.08 = 1.01, with no spread at all: met.
-    assert "own CPU per request (before vLLM's handler, on its loop): 50 us" in out
-    assert "at best, with none of it: 1.010" in out and "ttft p50 <= 1.05x met" in out
 
 
 def test_spin_beside_the_embedded_bypass_needs_the_spinning_class() -> None:

@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from bench import gateway_overhead
-from bench.gateway_overhead import Round, _print_calibration, _spins, saved_cpu_per_request_us
+from bench.gateway_overhead import (
+    Round,
+    _print_calibration,
+    _spins,
+    saved_cpu_per_request_us,
+    spin_name,
+)
 from bench.spin_gateway import install, spin, spin_from_env
 from gateway.fastroutes import FastRoutes
 from tests.bench.overhead_cli import run_overhead
@@ -75,21 +81,41 @@ def _rounds(ttft_s: float, n: int = 6) -> list[Round]:
     return [Round(ttft_s=[ttft_s] * 4, tokens=40, wall_s=1.0) for _ in range(n)]
 
 
-def test_calibration_fits_the_spinning_copies(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("base", "embedded", "source", "own_us", "best", "verdict"),
+    [
+        # 1.16 - 1.5 * 0.07 = 1.055: above the 1.05 target with no spread at all.
+        ("gateway", False, "synthetic upstream", 150.0, "1.055", "missed"),
+        # The embedded gateway and its embedded+N paths: 1.16 - 0.5 * 0.07 = 1.125.
+        ("embedded", True, "before vLLM's handler, on its loop", 50.0, "1.125", "missed"),
+    ],
+)
+def test_calibration_fits_the_spinning_copies(
+    capsys: pytest.CaptureFixture[str],
+    base: str,
+    embedded: bool,
+    source: str,
+    own_us: float,
+    best: str,
+    verdict: str,
+) -> None:
+    """The line runs through the gateway and its own spinning copies only (nginx and
+    the other kind's copies are not on it)."""
+    spun = [spin_name(us, embedded=embedded) for us in (100, 300)]
     results = {
         "direct": _rounds(0.050),
-        "gateway": _rounds(0.058),  # 1.16x
-        "nginx": _rounds(0.053),  # not part of the line
-        "gw+100us": _rounds(0.0615),  # +0.07 per 100 us
-        "gw+300us": _rounds(0.0685),
+        base: _rounds(0.058),  # 1.16x
+        "nginx": _rounds(0.053),
+        spun[0]: _rounds(0.0615),  # +0.07 per 100 us
+        spun[1]: _rounds(0.0685),
+        spin_name(200, embedded=not embedded): _rounds(0.2),  # the other kind: off the line
     }
-    _print_calibration(32, results, own_us=150.0)
+    _print_calibration(32, results, own_us=own_us)
     out = capsys.readouterr().out
-    assert "calibration at 32 streams (gateway, gw+100us, gw+300us)" in out
+    assert f"calibration at 32 streams ({base}, {spun[0]}, {spun[1]})" in out
     assert "per 100 us of gateway CPU per request 0.070" in out
-    # 1.16 - 1.5 * 0.07 = 1.055: above the 1.05 target with no spread at all.
-    assert "own CPU per request (synthetic upstream): 150 us" in out
-    assert "at best, with none of it: 1.055" in out and "ttft p50 <= 1.05x missed" in out
+    assert f"own CPU per request ({source}): {own_us:.0f} us" in out
+    assert f"at best, with none of it: {best}" in out and f"ttft p50 <= 1.05x {verdict}" in out
 
 
 def test_no_calibration_without_spinning_copies(capsys: pytest.CaptureFixture[str]) -> None:

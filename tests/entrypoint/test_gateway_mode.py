@@ -87,6 +87,13 @@ def test_the_bypass_header_comes_only_from_the_launch():
 def test_more_than_one_api_server_is_refused(monkeypatch, tmp_path, extra, refused):
     """vLLM's admission slots and the gateway's histograms live in one API server
     process: flags that start several are refused before vLLM starts."""
+    _embedded_preflight(monkeypatch, tmp_path, extra, "SPARKSERVE_VLLM_EXTRA_ARGS", refused)
+    check_embedded(load_config({"SPARKSERVE_VLLM_EXTRA_ARGS": extra}))  # off: allowed
+
+
+def _embedded_preflight(monkeypatch, tmp_path, extra, where, refused):
+    """The embedded pre-flight with `extra` as SPARKSERVE_VLLM_EXTRA_ARGS: passes when
+    `refused` is None, else fails saying `where` has `refused`, and what to do."""
     monkeypatch.setenv("GATEWAY_STATE_DIR", str(tmp_path))
     monkeypatch.setenv("GATEWAY_API_KEYS", "team-a:sk-a")
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
@@ -97,9 +104,8 @@ def test_more_than_one_api_server_is_refused(monkeypatch, tmp_path, extra, refus
     with pytest.raises(PreflightError) as error:
         check_embedded(config)
     message = str(error.value)
-    assert f"SPARKSERVE_VLLM_EXTRA_ARGS has {refused}" in message
+    assert f"{where} has {refused}" in message
     assert "add --api-server-count 1, or use the standalone gateway" in message
-    check_embedded(load_config({"SPARKSERVE_VLLM_EXTRA_ARGS": extra}))  # off: allowed
 
 
 @pytest.mark.parametrize(
@@ -119,21 +125,11 @@ def test_a_config_file_that_starts_several_api_servers_is_refused(
 ):
     """vLLM's `--config FILE` flags count as vLLM's parser reads them: first, so the
     command line wins over the file."""
-    monkeypatch.setenv("GATEWAY_STATE_DIR", str(tmp_path))
-    monkeypatch.setenv("GATEWAY_API_KEYS", "team-a:sk-a")
-    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     path = tmp_path / "vllm.yaml"
     path.write_text(yaml_text)
     args = f"--config {path} {extra}".strip()
-    config = load_config({"SPARKSERVE_GATEWAY": "embedded", "SPARKSERVE_VLLM_EXTRA_ARGS": args})
-    if refused is None:
-        check_embedded(config)
-        return
-    with pytest.raises(PreflightError) as error:
-        check_embedded(config)
-    message = str(error.value)
-    assert f"SPARKSERVE_VLLM_EXTRA_ARGS (its --config {path}) has {refused}" in message
-    assert "add --api-server-count 1, or use the standalone gateway" in message
+    where = f"SPARKSERVE_VLLM_EXTRA_ARGS (its --config {path})"
+    _embedded_preflight(monkeypatch, tmp_path, args, where, refused)
 
 
 @pytest.mark.parametrize(
