@@ -63,7 +63,17 @@ import aiohttp
 import httpx
 
 from bench.launcher import free_port
-from bench.overhead_stats import TTFT_P50, Estimate, Ratios, bootstrap, fitted_ttft, pct
+from bench.overhead_stats import (
+    TTFT_P50,
+    WAVE_GAP_S,
+    Burst,
+    Estimate,
+    Ratios,
+    bootstrap,
+    fitted_first_delay,
+    fitted_ttft,
+    pct,
+)
 from bench.schedwait import WaitMeter, describe
 from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
 from bench.spin_embedded import PROBE_PATH
@@ -322,6 +332,21 @@ def spin_name(microseconds: int, embedded: bool = False) -> str:
     return f"{'embedded' if embedded else 'gw'}+{microseconds}us"
 
 
+def _spin_points(
+    results: dict[str, list[Round]],
+) -> tuple[str, str, list[tuple[float, list[Round]]]]:
+    """The gateway the run's spinning copies spin beside (the embedded one when the
+    run has it), their names, and (µs spun, rounds) of it and each copy."""
+    base, prefix = (EMBEDDED, "embedded") if EMBEDDED in results else ("gateway", "gw")
+    added = {base: 0.0} | {
+        name: float(m.group(2))
+        for name in results
+        if (m := SPIN_NAME.fullmatch(name)) and m.group(1) == prefix
+    }
+    present = [name for name in added if name in results]
+    return base, ", ".join(present), [(added[name], results[name]) for name in present]
+
+
 def _print_calibration(streams: int, results: dict[str, list[Round]], own_us: float | None) -> None:
     """With `--spin`: the line through the gateway and its spinning copies, pooled TTFT
     p50 ratio against µs of CPU added per request before forwarding (the embedded
@@ -330,18 +355,11 @@ def _print_calibration(streams: int, results: dict[str, list[Round]], own_us: fl
     could give: removing all of it, if each µs were worth what a µs spun before
     forwarding costs (assumed the dearest place: CPU spent after the first token is
     relayed should cost TTFT less; argued, not measured)."""
-    base, prefix = (EMBEDDED, "embedded") if EMBEDDED in results else ("gateway", "gw")
-    added = {base: 0.0} | {
-        name: float(m.group(2))
-        for name in results
-        if (m := SPIN_NAME.fullmatch(name)) and m.group(1) == prefix
-    }
-    points = [(us, results[name]) for name, us in added.items() if name in results]
+    base, names, points = _spin_points(results)
     if len(points) < 2:
         return
     direct, n = results[DIRECT], len(results[DIRECT])
     slope = bootstrap(n, fitted_ttft(points, direct))
-    names = ", ".join(name for name in added if name in results)
     print(
         f"\ncalibration at {streams} streams ({names}): pooled TTFT p50 ratio per 100 us "
         f"of gateway CPU per request {slope}"
@@ -353,6 +371,46 @@ def _print_calibration(streams: int, results: dict[str, list[Round]], own_us: fl
     print(
         f"  the gateway's own CPU per request ({source}): {own_us:.0f} us; at best, "
         f"with none of it: {none}, {TTFT_P50} {TTFT_P50.verdict(none)}"
+    )
+
+
+def _print_burst(streams: int, results: dict[str, list[Round]]) -> None:
+    """Each path's burst against direct's: when its first token came, how much later
+    than direct's, that per stream of the burst, and how often its p50 stream came in
+    the third wave or later.  The burst's first token waits until vLLM's loop has taken
+    up every request of the burst, so on the embedded gateway's path (vLLM's loop) the
+    delay per stream is the loop time each request costs under load; a proxy in a
+    process of its own adds hardly any (docs/gateway.md, "eighth look")."""
+    direct = results[DIRECT]
+    print(
+        f"\nthe burst at {streams} streams: its first token (median of rounds), how much "
+        "later than direct's (median of paired rounds, 95% interval), that per stream, and "
+        "the rounds whose p50 stream came in the third wave or later (a wave: first tokens "
+        f"at most {WAVE_GAP_S * 1000:g} ms apart)"
+    )
+    print(
+        f"{'path':>16} {'first ms':>9} {'later ms':>9} {'95%':>15} {'us/stream':>10} "
+        f"{'p50 late':>9}"
+    )
+    for name, rounds in results.items():
+        burst = Burst.of(rounds, None if name == DIRECT else direct)
+        later = f"{'':>9} {'':>15} {'':>10}"
+        if burst.delay_s is not None:
+            d = burst.delay_s
+            span = f"{d.low * 1e3:.2f} to {d.high * 1e3:.2f}"
+            later = f"{d.value * 1e3:>9.2f} {span:>15} {d.value / streams * 1e6:>10.0f}"
+        print(f"{name:>16} {burst.first_s * 1e3:>9.1f} {later} {burst.p50_late:>9.0%}")
+    base, names, points = _spin_points(results)
+    if len(points) < 2:
+        return
+    n = len(direct)
+    per_us = bootstrap(n, fitted_first_delay(points, direct, own=False))
+    own = bootstrap(n, fitted_first_delay(points, direct, own=True))
+    print(
+        f"  the line through {names}: each us spun per request delays the first token by "
+        f"{per_us.value / streams:.2f} us per stream ({per_us.value:.0f} us, 95% "
+        f"{per_us.low:.0f} to {per_us.high:.0f}); {base}'s own delay is that of "
+        f"{own.value:.0f} us spun per request (95% {own.low:.0f} to {own.high:.0f})"
     )
 
 
@@ -431,6 +489,7 @@ def report(table: dict[int, dict[str, list[Round]]], own_us: float | None = None
         top = max(ratios)
         _print_targets(top, ratios[top])
         _print_calibration(top, table[top], own_us)
+        _print_burst(top, table[top])
 
 
 # ---- saved runs: --save writes every round, --pool reports several runs as one ----
@@ -963,6 +1022,7 @@ def _main(args: argparse.Namespace) -> int:
             top = max(ratios)
             _print_targets(top, ratios[top])
             _print_calibration(top, table[top], own_us)
+            _print_burst(top, table[top])
         if args.save:
             meta = {"upstream": kind, "events": args.events, "rounds": args.rounds}
             if own_us is not None:

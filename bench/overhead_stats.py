@@ -224,3 +224,95 @@ def fitted_ttft(
         return slope * 100 if at_us is None else mean_y + slope * (at_us - mean_x)
 
     return stat
+
+
+# -- the burst: when its first token came, and which wave its p50 stream was in --
+
+# Streams whose first tokens came within this of the one before are one wave; vLLM
+# sends one engine step's first tokens ~0.2 ms apart, and steps ~15-20 ms apart, on
+# this machine (docs/gateway.md, "eighth look").
+WAVE_GAP_S = 0.004
+
+
+def waves(ttft_s: Sequence[float], gap_s: float = WAVE_GAP_S) -> list[int]:
+    """The wave of each stream, in TTFT order: 0 for the first, one more after each
+    gap of more than `gap_s` between two consecutive first tokens."""
+    out: list[int] = []
+    previous: float | None = None
+    for t in sorted(ttft_s):
+        wave = 0 if previous is None else out[-1] + (t - previous > gap_s)
+        out.append(wave)
+        previous = t
+    return out
+
+
+def first_token_delays(path: Sequence[RoundLike], direct: Sequence[RoundLike]) -> list[float]:
+    """Per round: the burst's first token on the path minus the adjacent direct round's
+    (seconds; NaN for a round without any first token)."""
+    return [
+        min(ours.ttft_s) - min(theirs.ttft_s) if ours.ttft_s and theirs.ttft_s else float("nan")
+        for ours, theirs in zip(path, direct, strict=True)
+    ]
+
+
+def p50_late_share(rounds: Sequence[RoundLike]) -> float:
+    """The share of rounds whose p50 stream (the one `pct` takes) came in the third
+    wave or later; NaN for no rounds with streams."""
+    late = [
+        waves(r.ttft_s)[min(len(r.ttft_s) - 1, len(r.ttft_s) // 2)] >= 2 for r in rounds if r.ttft_s
+    ]
+    return sum(late) / len(late) if late else float("nan")
+
+
+@dataclass(frozen=True)
+class Burst:
+    """One path's burst against direct's at one concurrency (`delay` None for direct)."""
+
+    first_s: float  # the median over rounds of the burst's first TTFT
+    delay_s: Estimate | None  # median over rounds of the first token's delay vs direct
+    p50_late: float  # share of rounds whose p50 stream came in the third wave or later
+
+    @classmethod
+    def of(
+        cls, path: Sequence[RoundLike], direct: Sequence[RoundLike] | None, *, seed: int = 0
+    ) -> Burst:
+        first = pct([min(r.ttft_s) for r in path if r.ttft_s], 0.5)
+        delay = None
+        if direct is not None:
+            n = len(direct)
+            if len(path) != n:
+                raise ValueError(f"{len(path)} rounds against {n} direct rounds: not paired")
+            delay = bootstrap(n, paired(first_token_delays(path, direct)), seed=seed)
+        return cls(first, delay, p50_late_share(path))
+
+
+def fitted_first_delay(
+    paths: Sequence[tuple[float, Sequence[RoundLike]]],
+    direct: Sequence[RoundLike],
+    *,
+    own: bool,
+) -> Statistic:
+    """The least-squares line through (µs spun per request, median delay of the burst's
+    first token against direct) over `paths`, the path at 0 µs among them.  `own`: the
+    µs spun whose delay equals the 0-µs path's own (the line's intercept over its
+    slope: that path's time per request, in spun µs); else the slope, in µs of delay
+    per µs spun.  Resampled rounds as `fitted_ttft`."""
+    xs = [float(x) for x, _ in paths]
+    if len(set(xs)) < 2 or 0.0 not in xs:
+        raise ValueError(f"a line needs the path at 0 and another amount of CPU, got {xs}")
+    mean_x = sum(xs) / len(xs)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    delays = [paired(first_token_delays(rounds, direct)) for _, rounds in paths]
+
+    def stat(idx: Sequence[int]) -> float:
+        ys = [delay(idx) for delay in delays]
+        if any(math.isnan(y) for y in ys):
+            return float("nan")
+        mean_y = sum(ys) / len(ys)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+        if not own:
+            return slope * 1e6  # s of delay per µs spun -> µs per µs
+        intercept = mean_y - slope * mean_x
+        return intercept / slope if slope > 0 else float("nan")
+
+    return stat

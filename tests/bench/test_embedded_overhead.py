@@ -28,7 +28,8 @@ def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
     verdicts are printed for the embedded path, and vLLM is gone afterwards.  With
     `--spin`, vLLM runs the spinning class: 50 ms spun on its loop per request put the
     spinning path's first tokens 50-100 ms behind the embedded path's (a stall of
-    vLLM in one round does not hide that), and the line through them slopes up."""
+    vLLM in one round does not hide that), and the line through them slopes up; the
+    burst's first token waits for both requests' spins."""
     done = _run("--concurrency", "2", "--rounds", "2", "--events", "8", "--spin", "50000")
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
@@ -42,6 +43,11 @@ def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
     timed = re.search(r"own CPU before vLLM's handler, on vLLM's loop .*: mean ([\d.]+) us", out)
     assert timed is not None and 0 < float(timed[1]) < 50000, out  # the spin is not in it
     assert "own CPU per request (before vLLM's handler, on its loop)" in out, out
+    # The burst's first token waits until vLLM's loop has taken up both requests: both
+    # spins, ~50 ms per stream (only its own would be 25 ms).
+    burst = re.search(r"^\s*embedded\+50000us\s+[\d.]+\s+[\d.]+\s+.+?\s+(\d+)\s+\d+%$", out, re.M)
+    assert burst is not None and int(burst[1]) > 37500, out
+    assert "the line through embedded, embedded+50000us" in out, out
     left = [
         p.pid
         for p in psutil.process_iter(["cmdline"])

@@ -138,6 +138,7 @@ def test_saved_runs_report_as_one(tmp_path: Path) -> None:
     both = run_overhead("--pool", str(first), str(second))
     assert both.returncode == 0, both.stderr[-2000:]
     assert "rounds per path: 6 at 2 streams" in both.stdout
+    assert re.search(r"^\s+gateway\s+[\d.]+\s+-?[\d.]+\s+-?[\d.]+ to -?[\d.]+", both.stdout, re.M)
     runs = [json.loads(p.read_text())["levels"]["2"] for p in (first, second)]
     rounds = {n: [Round(**r) for run in runs for r in run[n]] for n in ("direct", "gateway")}
     expected = Ratios.of(rounds["gateway"], rounds["direct"]).ttft_p50.value
