@@ -140,14 +140,15 @@ async def ramp(ctx: Ctx) -> CaseResult:
     per_level: dict[int, dict[str, object]] = {}
     levels = _ramp_levels(ctx.short)
     top_outcomes: list[StreamOutcome] = []
+    shed_at_top = 0
     for level in levels:
         max_tokens = RAMP_TOP_MAX_TOKENS if level == max(levels) else RAMP_MAX_TOKENS
         outcomes = await asyncio.gather(*(_one(ctx, 32, max_tokens) for _ in range(level)))
-        top_outcomes = outcomes
         tally = RampTally([], [])
         for outcome in outcomes:
             tally.add(outcome)
             everything.add(outcome)
+        top_outcomes, shed_at_top = outcomes, tally.shed
         per_level[level] = {
             "ok": tally.ok,
             "429": tally.shed,
@@ -157,7 +158,6 @@ async def ramp(ctx: Ctx) -> CaseResult:
         }
     ttft, itl = Spread.of(everything.ttft), Spread.of(everything.gaps)
     top = max(levels)
-    shed_at_top = sum(o.status == 429 for o in top_outcomes)
     figure = (
         f"TTFT p50/95/99 {ttft.ms()}, ITL {itl.ms()}; {everything.ok} ok, "
         f"{everything.shed} × 429 (at {top}: {shed_at_top}), {everything.errors} errors"
