@@ -32,6 +32,7 @@ from bench.cpu_priority import QUIET_ENV, START_TIMEOUT_SECONDS, started
 from bench.gateway_overhead import wait_ready
 from bench.launcher import free_port, vllm_server_argv
 from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
+from entrypoint.child import RPC_ENV
 from entrypoint.priority import lower_priority
 from tools.sigterm import run_interruptible
 from tools.tiny_model import write_tiny_model
@@ -84,6 +85,8 @@ def _run(args: list[str]) -> int:
             "GATEWAY_SALT_SECRET": secrets.token_hex(16),
             "GATEWAY_STATE_DIR": str(work / "gateway"),
             "GATEWAY_EMBEDDED_BYPASS_TOKEN": token,
+            # vLLM leaves its IPC sockets behind (entrypoint/child.py): here, not in /tmp.
+            RPC_ENV: os.environ.get(RPC_ENV) or str(work),
         }
         spinning = any(a.split("=", 1)[0] == "--spin" for a in args)
         middleware = SPIN_MIDDLEWARE if spinning else MIDDLEWARE

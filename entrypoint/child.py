@@ -8,13 +8,16 @@ group is killed, so nothing outlives the entrypoint.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO
 
 import psutil
@@ -27,6 +30,28 @@ TAIL_LINES = 200
 ZOMBIE = psutil.STATUS_ZOMBIE
 READER_DRAIN_SECONDS = 0.5
 GROUP_EXIT_WAIT_SECONDS = 2.0
+# Where vLLM binds its ZMQ IPC sockets (vllm/envs.py; default: the temp directory).
+RPC_ENV = "VLLM_RPC_BASE_PATH"
+RPC_DIR_PREFIX = "sparkserve-vllm-rpc-"
+
+
+@contextlib.contextmanager
+def private_rpc_dir(environ: dict[str, str]) -> Iterator[dict[str, str]]:
+    """`environ` with vLLM's IPC sockets in a directory of this start, removed after.
+
+    vLLM binds several ZMQ sockets under `VLLM_RPC_BASE_PATH` at each start (API
+    server, engine core, output) and leaves them there, after a clean stop as after a
+    kill: outside a container, /tmp filled up with them.  A path the user set is kept
+    as it is.  Only for vLLM on one node: on a Ray cluster vLLM copies its `VLLM_*`
+    variables to every node, where this directory does not exist."""
+    if environ.get(RPC_ENV):
+        yield environ
+        return
+    path = tempfile.mkdtemp(prefix=RPC_DIR_PREFIX)
+    try:
+        yield {**environ, RPC_ENV: path}
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def reap_orphans(own_child: int) -> None:

@@ -8,6 +8,7 @@ ready. A signal stops the whole vLLM process group: SIGTERM, grace period, SIGKI
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import httpx
 
 from budget.plan import Plan
 from entrypoint import calibration
-from entrypoint.child import VLLMChild, describe_returncode, reap_orphans
+from entrypoint.child import VLLMChild, describe_returncode, private_rpc_dir, reap_orphans
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
 from entrypoint.errors import VLLMFailedError
@@ -102,8 +103,16 @@ class Supervisor:
         ctx = self.ctx
         ctx.signals.check()
         ctx.console.say(f"launching vLLM: {ctx.launch.shown()}")
+        with contextlib.ExitStack() as stack:
+            environ = ctx.environ
+            if ctx.config.role == "single":
+                environ = stack.enter_context(private_rpc_dir(environ))
+            return self._run(environ)
+
+    def _run(self, environ: dict[str, str]) -> int:
+        ctx = self.ctx
         try:
-            child = VLLMChild(ctx.launch, ctx.console, ctx.watcher, ctx.environ)
+            child = VLLMChild(ctx.launch, ctx.console, ctx.watcher, environ)
         except OSError as exc:
             raise VLLMFailedError(f"could not start vLLM ({ctx.launch.argv[0]}): {exc}") from None
         ctx.console.say(f"vLLM pid {child.pid} (own process group)")

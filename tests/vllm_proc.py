@@ -7,18 +7,22 @@ which stops the server as soon as vLLM has logged its KV capacity.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
+from entrypoint.child import RPC_ENV
 from entrypoint.priority import lower_priority
 
 STARTUP_TIMEOUT_S = float(os.environ.get("SPARKSERVE_TEST_VLLM_TIMEOUT", "600"))
@@ -37,8 +41,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_rpc_dir: str | None = None
+
+
+def rpc_dir_for_tests() -> str:
+    """One directory for the ZMQ IPC sockets of every vLLM this test process starts,
+    removed when it exits: vLLM leaves them behind (entrypoint/child.py)."""
+    global _rpc_dir
+    if _rpc_dir is None:
+        _rpc_dir = tempfile.mkdtemp(prefix="sparkserve-test-vllm-rpc-")
+        atexit.register(shutil.rmtree, _rpc_dir, True)
+    return _rpc_dir
+
+
 def vllm_env(kv_gib: float | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.setdefault(RPC_ENV, rpc_dir_for_tests())
     env.update(
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from entrypoint.child import RPC_ENV
 from tests.vllm_proc import STARTUP_TIMEOUT_S, free_port, vllm_env
 
 
@@ -34,6 +35,7 @@ class EntrypointRun:
             SPARKSERVE_VLLM_EXTRA_ARGS="--load-format dummy --enforce-eager",
             SPARKSERVE_STOP_GRACE_SECONDS="20",
         )
+        env.pop(RPC_ENV, None)  # the entrypoint's own directory for vLLM's sockets
         env.update(settings)
         self.log_path = log_path
         self._log = log_path.open("w")
@@ -70,6 +72,10 @@ class EntrypointRun:
         match = re.search(r"vLLM pid (\d+)", self.log())
         assert match, self.log()[-3000:]
         return int(match[1])
+
+    def vllm_rpc_dir(self) -> Path:
+        """Where the running vLLM binds its IPC sockets (the entrypoint chose it)."""
+        return Path(psutil.Process(self.vllm_pid()).environ()[RPC_ENV])
 
     def wait_log(self, pattern: str, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s

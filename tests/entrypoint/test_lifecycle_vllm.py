@@ -15,6 +15,7 @@ import time
 import psutil
 import pytest
 
+from entrypoint.child import RPC_DIR_PREFIX
 from entrypoint.priority import autogroup_enabled, autogroup_nice
 from tests.entrypoint.run import EntrypointRun
 from tests.vllm_proc import STARTUP_TIMEOUT_S
@@ -71,6 +72,8 @@ def test_ready_after_warmup_then_kill_9_of_vllm_exits_3(entrypoint_run, tiny_pla
     assert kv_row and int(kv_row[2].replace(",", "")) == tiny_plan.kv_cache_tokens
 
     run.note_descendants()
+    sockets = run.vllm_rpc_dir()
+    assert sockets.name.startswith(RPC_DIR_PREFIX) and any(sockets.iterdir())
     killed_at = time.monotonic()
     os.kill(run.vllm_pid(), signal.SIGKILL)
     code = run.proc.wait(timeout=30)
@@ -80,6 +83,7 @@ def test_ready_after_warmup_then_kill_9_of_vllm_exits_3(entrypoint_run, tiny_pla
     assert "vLLM exited (killed by SIGKILL (code 137))" in log
     assert "its last lines:" in log and "  | " in log
     assert run.survivors() == []
+    assert not sockets.exists()  # vLLM's sockets went with the entrypoint
 
 
 def test_sigterm_stops_vllm_and_exits_0_without_orphans(entrypoint_run):
@@ -95,8 +99,11 @@ def test_sigterm_stops_vllm_and_exits_0_without_orphans(entrypoint_run):
     if autogroup_enabled():
         assert autogroup_nice(vllm.pid) == VLLM_NICE
         assert autogroup_nice(run.proc.pid) != VLLM_NICE  # the entrypoint's own session
+    sockets = run.vllm_rpc_dir()
+    assert sockets.name.startswith(RPC_DIR_PREFIX) and any(sockets.iterdir())
     run.proc.send_signal(signal.SIGTERM)
     code = run.proc.wait(timeout=60)
     assert code == 0, run.log()[-3000:]
     assert "received SIGTERM: stopping vLLM" in run.log()
     assert run.survivors() == []
+    assert not sockets.exists()

@@ -21,6 +21,7 @@ import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
+from entrypoint.child import RPC_DIR_PREFIX, RPC_ENV, private_rpc_dir
 from entrypoint.config import load_config
 from entrypoint.control import ControlServer
 from entrypoint.errors import EXIT_VLLM_FAILED, VLLMFailedError
@@ -65,7 +66,11 @@ class FakeRun:
             lifecycle=self.lifecycle,
             watcher=LogWatcher(),
             signals=self.signals,
-            environ={**os.environ, **fake_env, "FAKE_VLLM_CONTROL_DIR": str(tmp_path)},
+            environ={
+                **{k: v for k, v in os.environ.items() if k != RPC_ENV},
+                **fake_env,
+                "FAKE_VLLM_CONTROL_DIR": str(tmp_path),
+            },
         )
         self.control = ControlServer("127.0.0.1", 0, self.lifecycle, CollectorRegistry())
         self.result: int | BaseException | None = None
@@ -172,6 +177,29 @@ def test_startup_timeout_is_exit_3_with_the_last_lines(fake_run):
     assert "  | fake vllm: stuck before listening" in out
     assert alive_in_group(group) == []
     assert run.ready_status() == 503
+
+
+def test_vllms_sockets_go_in_a_directory_of_the_start_removed_after_it(fake_run):
+    run = fake_run(SPARKSERVE_STARTUP_TIMEOUT="1.5", FAKE_VLLM_LISTEN="never")
+    sockets = Path(psutil.Process(run.vllm_group()).environ()[RPC_ENV])
+    assert sockets.name.startswith(RPC_DIR_PREFIX) and sockets.is_dir()
+    (sockets / "engine-socket").touch()  # what vLLM binds there and leaves behind
+    assert isinstance(run.finish(), VLLMFailedError)
+    assert not sockets.exists()
+
+
+def test_the_socket_directory_is_removed_when_the_start_fails_and_a_set_one_is_kept(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(RuntimeError), private_rpc_dir({"PATH": "/bin"}) as environ:
+        made = Path(environ[RPC_ENV])
+        assert made.is_dir() and environ["PATH"] == "/bin"
+        raise RuntimeError("vLLM did not start")
+    assert not made.exists()
+    own = {RPC_ENV: str(tmp_path)}
+    with private_rpc_dir(own) as environ:
+        assert environ == own
+    assert tmp_path.is_dir()
 
 
 def test_health_503_after_ready_is_ready_503_then_exit_3(fake_run):
