@@ -211,19 +211,24 @@ def fitted_ttft(
     xs = [float(x) for x, _ in paths]
     if len(set(xs)) < 2:
         raise ValueError(f"a line needs at least two different amounts of CPU, got {xs}")
-    mean_x = sum(xs) / len(xs)
-    spread = sum((x - mean_x) ** 2 for x in xs)
     ratios = [pooled_ttft(rounds, direct, 0.5) for _, rounds in paths]
 
     def stat(idx: Sequence[int]) -> float:
         ys = [ratio(idx) for ratio in ratios]
         if any(math.isnan(y) for y in ys):
             return float("nan")
-        mean_y = sum(ys) / len(ys)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
-        return slope * 100 if at_us is None else mean_y + slope * (at_us - mean_x)
+        slope, at_zero = _line(xs, ys)
+        return slope * 100 if at_us is None else at_zero + slope * at_us
 
     return stat
+
+
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """The least-squares line through the points: (slope, value at x = 0)."""
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    return slope, mean_y - slope * mean_x
 
 
 # -- the burst: when its first token came, and which wave its p50 stream was in --
@@ -300,19 +305,15 @@ def fitted_first_delay(
     xs = [float(x) for x, _ in paths]
     if len(set(xs)) < 2 or 0.0 not in xs:
         raise ValueError(f"a line needs the path at 0 and another amount of CPU, got {xs}")
-    mean_x = sum(xs) / len(xs)
-    spread = sum((x - mean_x) ** 2 for x in xs)
     delays = [paired(first_token_delays(rounds, direct)) for _, rounds in paths]
 
     def stat(idx: Sequence[int]) -> float:
         ys = [delay(idx) for delay in delays]
         if any(math.isnan(y) for y in ys):
             return float("nan")
-        mean_y = sum(ys) / len(ys)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+        slope, at_zero = _line(xs, ys)
         if not own:
             return slope * 1e6  # s of delay per µs spun -> µs per µs
-        intercept = mean_y - slope * mean_x
-        return intercept / slope if slope > 0 else float("nan")
+        return at_zero / slope if slope > 0 else float("nan")
 
     return stat
