@@ -44,10 +44,13 @@ def private_rpc_dir(environ: dict[str, str]) -> Iterator[dict[str, str]]:
     kill: outside a container, /tmp filled up with them.  A path the user set is kept
     as it is.  Only for vLLM on one node: on a Ray cluster vLLM copies its `VLLM_*`
     variables to every node, where this directory does not exist."""
-    if environ.get(RPC_ENV):
+    try:
+        path = None if environ.get(RPC_ENV) else tempfile.mkdtemp(prefix=RPC_DIR_PREFIX)
+    except OSError:  # no writable temp directory: vLLM's default, and vLLM's own error
+        path = None
+    if path is None:
         yield environ
         return
-    path = tempfile.mkdtemp(prefix=RPC_DIR_PREFIX)
     try:
         yield {**environ, RPC_ENV: path}
     finally:

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -200,6 +201,14 @@ def test_the_socket_directory_is_removed_when_the_start_fails_and_a_set_one_is_k
     with private_rpc_dir(own) as environ:
         assert environ == own
     assert tmp_path.is_dir()
+
+
+def test_without_a_writable_temp_directory_vllm_keeps_its_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with private_rpc_dir({"PATH": "/bin"}) as environ:
+        assert environ == {"PATH": "/bin"}
 
 
 def test_health_503_after_ready_is_ready_503_then_exit_3(fake_run):
