@@ -1,5 +1,5 @@
 """The burst's anatomy in the gateway overhead benchmark (bench/overhead_stats.py
-`waves`, `Burst`, `fitted_first_delay`; bench/gateway_overhead.py `_print_burst`)."""
+`waves`, `Burst`, `fitted_first_delay`; bench/overhead_report.py `print_burst`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench.gateway_overhead import Round, _print_burst, spin_name
+from bench.overhead_report import Round, print_burst, spin_name
 from bench.overhead_stats import (
     Burst,
     bootstrap,
@@ -95,7 +95,7 @@ def test_the_burst_table_prints_each_path_against_direct(
         spin_name(300, embedded=True): _rounds(0.050 + STREAMS * 400e-6, second=8),
         "nginx": _rounds(0.0503, second=16),
     }
-    _print_burst(STREAMS, results)
+    print_burst(STREAMS, results)
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line[:1] == " "}
     assert rows["direct"] == ["54.0", "0%"]
@@ -108,6 +108,6 @@ def test_the_burst_table_prints_each_path_against_direct(
 
 
 def test_no_line_without_spinning_copies(capsys: pytest.CaptureFixture[str]) -> None:
-    _print_burst(STREAMS, {"direct": _rounds(0.05, 16), "gateway": _rounds(0.051, 16)})
+    print_burst(STREAMS, {"direct": _rounds(0.05, 16), "gateway": _rounds(0.051, 16)})
     out = capsys.readouterr().out
     assert "gateway" in out and "the line through" not in out

@@ -15,14 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.gateway_overhead import (
-    Round,
-    Summary,
-    _start_gateway,
-    free_port,
-    nginx_conf,
-    wait_ready,
-)
+from bench.gateway_overhead import _start_gateway, free_port, nginx_conf, wait_ready
+from bench.overhead_report import Round, Summary
 from bench.overhead_stats import Ratios
 from tests.bench.overhead_cli import run_overhead
 

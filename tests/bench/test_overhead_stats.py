@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gateway_overhead import Round
+from bench.overhead_report import Round
 from bench.overhead_stats import (
     TOKENS_PER_S,
     TTFT_P50,

@@ -14,13 +14,8 @@ from typing import Any
 import pytest
 
 from bench import gateway_overhead
-from bench.gateway_overhead import (
-    Round,
-    _print_calibration,
-    _spins,
-    saved_cpu_per_request_us,
-    spin_name,
-)
+from bench.gateway_overhead import _spins
+from bench.overhead_report import Round, print_calibration, saved_cpu_per_request_us, spin_name
 from bench.spin_gateway import install, spin, spin_from_env
 from gateway.fastroutes import FastRoutes
 from tests.bench.overhead_cli import run_overhead
@@ -110,7 +105,7 @@ def test_calibration_fits_the_spinning_copies(
         spun[1]: _rounds(0.0685),
         spin_name(200, embedded=not embedded): _rounds(0.2),  # the other kind: off the line
     }
-    _print_calibration(32, results, own_us=own_us)
+    print_calibration(32, results, own_us=own_us)
     out = capsys.readouterr().out
     assert f"calibration at 32 streams ({base}, {spun[0]}, {spun[1]})" in out
     assert "per 100 us of gateway CPU per request 0.070" in out
@@ -119,7 +114,7 @@ def test_calibration_fits_the_spinning_copies(
 
 
 def test_no_calibration_without_spinning_copies(capsys: pytest.CaptureFixture[str]) -> None:
-    _print_calibration(32, {"direct": _rounds(0.05), "gateway": _rounds(0.06)}, own_us=150.0)
+    print_calibration(32, {"direct": _rounds(0.05), "gateway": _rounds(0.06)}, own_us=150.0)
     assert capsys.readouterr().out == ""
 
 

