@@ -32,7 +32,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bench.gateway_overhead import DONE, EVENT, USAGE_EVENT, per_request_and_event, stream_body
+from bench.gateway_overhead import per_request_and_event, stream_body
+from bench.synthetic_sse import DONE, EVENT, USAGE_EVENT
 from gateway.embedded import EmbeddedGateway, load_embedded_settings
 from gateway.errors import ConfigError
 

@@ -46,7 +46,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import re
 import shutil
@@ -82,98 +81,13 @@ from bench.schedwait import WaitMeter, describe
 from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
 from bench.spin_embedded import PROBE_PATH
 from bench.spin_embedded import SPIN_HEADER as SPIN_HEADER_BYTES
+from bench.synthetic_sse import DONE, install_uvloop
 from tools.sigterm import run_interruptible
 
 CONCURRENCY = (1, 8, 32)
 CPU_COST_EVENTS = (2, 64)
 KEEPALIVE_S = 4.0
 BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded.py
-
-
-def _install_uvloop() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
-# ---- synthetic upstream: a tiny asyncio HTTP/1.1 server streaming vLLM-like SSE ----
-
-_CHUNK = {
-    "id": "chatcmpl-0123456789abcdef0123456789abcdef",
-    "object": "chat.completion.chunk",
-    "created": 1767225600,
-    "model": "tiny",
-    "choices": [
-        {
-            "index": 0,
-            "delta": {"content": " tok"},
-            "logprobs": None,
-            "finish_reason": None,
-        }
-    ],
-}
-EVENT = b"data: " + json.dumps(_CHUNK).encode() + b"\n\n"
-USAGE_EVENT = (
-    b'data: {"id":"chatcmpl-0","object":"chat.completion.chunk","created":1767225600,'
-    b'"model":"tiny","choices":[],"usage":{"prompt_tokens":9,"total_tokens":73,'
-    b'"completion_tokens":64}}\n\n'
-)
-DONE = b"data: [DONE]\n\n"
-
-
-def _chunked(payload: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(payload), payload)
-
-
-async def _handle(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, events: int, gap_s: float
-) -> None:
-    loop = asyncio.get_running_loop()
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            body = await reader.readexactly(length)
-            if head.startswith(b"GET /health"):
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                continue
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                b"transfer-encoding: chunked\r\n\r\n"
-            )
-            # Every stream ticks on one shared clock, as vLLM emits one token per
-            # running request per engine step.
-            tick = math.floor(loop.time() / gap_s) + 1
-            for _ in range(events):
-                await asyncio.sleep(max(0.0, tick * gap_s - loop.time()))
-                tick += 1
-                if writer.is_closing():  # the client left (uvloop raises on a write)
-                    return
-                writer.write(_chunked(EVENT))
-            if b'"include_usage":true' in body.replace(b" ", b""):
-                writer.write(_chunked(USAGE_EVENT))
-            writer.write(_chunked(DONE) + b"0\r\n\r\n")
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        writer.close()
-
-
-async def _serve_synthetic(port: int, events: int, gap_s: float) -> None:
-    server = await asyncio.start_server(
-        lambda r, w: _handle(r, w, events, gap_s), "127.0.0.1", port
-    )
-    async with server:
-        await server.serve_forever()
-
-
-def serve_synthetic(port: int, events: int, gap_s: float) -> None:
-    _install_uvloop()
-    asyncio.run(_serve_synthetic(port, events, gap_s))
 
 
 # ---- load generator ----
@@ -372,7 +286,7 @@ def cpu_cost(source: str | None, streams: int, rounds: int) -> tuple[float, floa
     spent: dict[int, float] = {}
     for events in CPU_COST_EVENTS:
         port = free_port()
-        code = f"import bench.gateway_overhead as b; b.serve_synthetic({port}, {events}, 0.005)"
+        code = f"import bench.synthetic_sse as s; s.serve({port}, {events}, 0.005)"
         upstream = subprocess.Popen([sys.executable, "-c", code])
         gateway: subprocess.Popen[bytes] | None = None
         try:
@@ -656,7 +570,7 @@ def _main(args: argparse.Namespace) -> int:
         report(load_rounds(args.pool), saved_cpu_per_request_us(args.pool))
         return 0
     _check_embedded(args)
-    _install_uvloop()
+    install_uvloop()
     levels = [int(n) for n in args.concurrency.split(",")]
     if args.cpu_cost:
         paths: dict[str, str | None] = {"gateway": None}
@@ -675,8 +589,8 @@ def _main(args: argparse.Namespace) -> int:
         if upstream is None:
             port = free_port()
             code = (
-                "import bench.gateway_overhead as b; "
-                f"b.serve_synthetic({port}, {args.events}, {args.gap_ms / 1000})"
+                "import bench.synthetic_sse as s; "
+                f"s.serve({port}, {args.events}, {args.gap_ms / 1000})"
             )
             children.append(subprocess.Popen([sys.executable, "-c", code]))
             upstream = f"http://127.0.0.1:{port}"

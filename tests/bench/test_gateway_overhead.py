@@ -127,7 +127,7 @@ def test_synthetic_upstream_outlives_a_client_that_leaves_mid_stream() -> None:
     """A proxy stopped before its upstream (as the bench stops them) leaves mid-stream:
     the upstream stops that stream quietly and goes on serving."""
     port = free_port()
-    code = f"import bench.gateway_overhead as b; b.serve_synthetic({port}, 400, 0.005)"
+    code = f"import bench.synthetic_sse as s; s.serve({port}, 400, 0.005)"
     upstream = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     try:
         wait_ready(f"http://127.0.0.1:{port}", "/health")

@@ -150,7 +150,7 @@ def test_spin_beside_the_embedded_bypass_needs_the_spinning_class() -> None:
     """Against an upstream that does not run it (the synthetic one answers any path
     with a stream), the bench stops before measuring and says how to start vLLM."""
     port = free_port()
-    code = f"import bench.gateway_overhead as b; b.serve_synthetic({port}, 4, 0.001)"
+    code = f"import bench.synthetic_sse as s; s.serve({port}, 4, 0.001)"
     upstream = subprocess.Popen([sys.executable, "-c", code])
     try:
         wait_ready(f"http://127.0.0.1:{port}", "/health")
