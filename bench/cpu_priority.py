@@ -40,8 +40,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench.gateway_overhead import wait_ready
 from bench.launcher import free_port, vllm_server_argv
+from bench.proxies import wait_ready
 from bench.schedwait import run_queue_wait
 from bench.stats import percentile
 from entrypoint.priority import autogroup_enabled, autogroup_nice, set_autogroup_nice

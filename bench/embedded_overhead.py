@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 from bench.cpu_priority import QUIET_ENV, START_TIMEOUT_SECONDS, started
-from bench.gateway_overhead import wait_ready
 from bench.launcher import free_port, vllm_server_argv
+from bench.proxies import wait_ready
 from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
 from entrypoint.child import RPC_ENV
 from entrypoint.priority import lower_priority

@@ -77,6 +77,7 @@ from bench.overhead_report import (
     spin_name,
 )
 from bench.overhead_stats import Ratios
+from bench.proxies import start_gateway, start_nginx, wait_ready
 from bench.schedwait import WaitMeter, describe
 from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
 from bench.spin_embedded import PROBE_PATH
@@ -291,7 +292,7 @@ def cpu_cost(source: str | None, streams: int, rounds: int) -> tuple[float, floa
         gateway: subprocess.Popen[bytes] | None = None
         try:
             wait_ready(f"http://127.0.0.1:{port}", "/health", proc=upstream)
-            gateway, url = _start_gateway(f"http://127.0.0.1:{port}", None, source)
+            gateway, url = start_gateway(f"http://127.0.0.1:{port}", None, source)
             wait_ready(url, "/healthz", proc=gateway, what=f"the gateway at {url}")
             spent[events] = asyncio.run(_cpu_of_rounds(gateway.pid, url, streams, rounds, events))
         finally:
@@ -329,112 +330,6 @@ def _print_cpu_cost(paths: dict[str, str | None], streams: int, rounds: int) -> 
     for name, source in paths.items():
         per_request, per_event = cpu_cost(source, streams, rounds)
         print(f"{name:>12} {per_request * 1e6:>15.0f} {per_event * 1e6:>13.1f}")
-
-
-# ---- processes ----
-
-
-def wait_ready(
-    url: str,
-    *paths: str,
-    timeout_s: float = 60,
-    proc: subprocess.Popen[bytes] | None = None,
-    what: str | None = None,
-) -> None:
-    """Until one of `paths` answers 200; SystemExit naming them after `timeout_s`, or at
-    once when `proc` (what serves `url`, called `what`) has exited."""
-    deadline = time.monotonic() + timeout_s
-    name = what or url
-    while time.monotonic() < deadline:
-        for path in paths:
-            try:
-                if httpx.get(url + path, timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-        if proc is not None and proc.poll() is not None:
-            raise SystemExit(
-                f"{name} exited {proc.returncode} before answering 200 on {' or '.join(paths)}"
-            )
-        time.sleep(0.2)
-    raise SystemExit(f"{name} did not answer 200 on {' or '.join(paths)} within {timeout_s:g} s")
-
-
-def _start_gateway(
-    upstream: str, client: str | None, source: str | None = None, spin_us: int | None = None
-) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {
-        **os.environ,
-        "GATEWAY_UPSTREAM_URL": upstream,
-        "GATEWAY_AUTH": "off",
-        "GATEWAY_PORT": str(port),
-        "GATEWAY_HOST": "127.0.0.1",
-        "GATEWAY_SALT_SECRET": "bench",
-        "GATEWAY_LOG_LEVEL": "warning",
-    }
-    if client:
-        env["GATEWAY_UPSTREAM_CLIENT"] = client
-    if source:  # another checkout of the gateway, e.g. a worktree of an older commit
-        env["PYTHONPATH"] = source
-    module = "gateway"
-    if spin_us is not None:  # the calibration copy (bench/spin_gateway.py)
-        module, env["BENCH_SPIN_US"] = "bench.spin_gateway", str(spin_us)
-    child = subprocess.Popen([sys.executable, "-m", module], env=env, cwd=source)
-    return child, f"http://127.0.0.1:{port}"
-
-
-NGINX_CONF = """\
-worker_processes 1;
-daemon off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  client_body_temp_path {dir}/body;
-  proxy_temp_path {dir}/proxy;
-  fastcgi_temp_path {dir}/fastcgi;
-  uwsgi_temp_path {dir}/uwsgi;
-  scgi_temp_path {dir}/scgi;
-  upstream upstream {{ server {upstream}; keepalive 64; }}
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{
-      proxy_pass http://upstream;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-      proxy_request_buffering off;
-      proxy_read_timeout 600s;{extra}
-    }}
-  }}
-}}
-"""
-
-
-def nginx_conf(
-    directory: str, upstream_url: str, port: int, headers: dict[str, str] | None = None
-) -> str:
-    """A plain streaming reverse proxy (one worker, like the one gateway process):
-    no buffering either way, keep-alive to the upstream, no access log; `headers`
-    are added to every request sent upstream."""
-    host_port = upstream_url.split("://", 1)[1].rstrip("/")
-    extra = "".join(f"\n      proxy_set_header {k} {v};" for k, v in (headers or {}).items())
-    return NGINX_CONF.format(dir=directory, upstream=host_port, port=port, extra=extra)
-
-
-def _start_nginx(
-    upstream: str, directory: str, headers: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not os.path.exists(binary):
-        raise SystemExit("--nginx: no nginx binary (Debian: apt-get install nginx-light)")
-    port = free_port()
-    conf = Path(directory, "nginx.conf")
-    conf.write_text(nginx_conf(directory, upstream, port, headers))
-    child = subprocess.Popen([binary, "-p", directory, "-c", str(conf)])
-    return child, f"http://127.0.0.1:{port}"
 
 
 def _also(specs: list[str]) -> list[tuple[str, str]]:
@@ -602,7 +497,7 @@ def _main(args: argparse.Namespace) -> int:
         if bypass:  # the gateway is inside this vLLM: direct (and nginx) go round it
             urls[EMBEDDED] = upstream
         for client in [c for c in args.clients.split(",") if c] or ([] if bypass else [None]):
-            child, url = _start_gateway(upstream, client)
+            child, url = start_gateway(upstream, client)
             children.append(child)
             wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
             name = "gw-" + client if client else "gateway"
@@ -614,18 +509,18 @@ def _main(args: argparse.Namespace) -> int:
                 urls[spin_name(spin_us, embedded=True)] = upstream
                 spin_headers[spin_name(spin_us, embedded=True)] = {SPIN_HEADER: str(spin_us)}
         for spin_us in args.spin if not bypass else []:
-            child, url = _start_gateway(upstream, None, spin_us=spin_us)
+            child, url = start_gateway(upstream, None, spin_us=spin_us)
             children.append(child)
             wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
             urls[spin_name(spin_us)] = url
         if args.before:
-            child, url = _start_gateway(upstream, None, args.before)
+            child, url = start_gateway(upstream, None, args.before)
             children.append(child)
             wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
             urls["gw-before"] = url
         if args.nginx:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-nginx-"))
-            child, url = _start_nginx(upstream, scratch, bypass)
+            child, url = start_nginx(upstream, scratch, bypass)
             children.append(child)
             also.append(("nginx", url))
             proxies["nginx"] = child.pid

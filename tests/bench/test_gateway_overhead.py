@@ -15,9 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.gateway_overhead import _start_gateway, free_port, nginx_conf, wait_ready
+from bench.launcher import free_port
 from bench.overhead_report import Round, Summary
 from bench.overhead_stats import Ratios
+from bench.proxies import nginx_conf, start_gateway, wait_ready
 from tests.bench.overhead_cli import run_overhead
 
 CPU_RUN = ("--rounds", "20", "--concurrency", "8")
@@ -56,7 +57,7 @@ def test_a_path_that_never_gets_ready_is_named_not_a_traceback() -> None:
 def test_a_gateway_that_exits_at_start_is_named_at_once() -> None:
     """A gateway that cannot start (here: an upstream URL it refuses) ends the wait with
     its exit code, not after the whole timeout."""
-    gateway, url = _start_gateway("ftp://nowhere", None)
+    gateway, url = start_gateway("ftp://nowhere", None)
     started = time.monotonic()
     with pytest.raises(SystemExit, match=r"^the gateway at http://127\.0\.0\.1:\d+ exited \d+ "):
         wait_ready(url, "/healthz", timeout_s=120, proc=gateway, what=f"the gateway at {url}")

@@ -17,8 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from starlette.types import Message, Receive, Scope, Send
 
-from bench.gateway_overhead import wait_ready
 from bench.launcher import free_port
+from bench.proxies import wait_ready
 from bench.spin_embedded import PROBE_PATH, SpinningEmbeddedGateway, spin_of
 from gateway.embedded import load_embedded_settings
 from tests.bench.overhead_cli import run_overhead
