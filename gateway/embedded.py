@@ -8,8 +8,9 @@ process.  A request to a proxied route (`/v1/chat/completions`, `/v1/completions
 as the standalone gateway prepares it (gateway/prepare.py: auth, body limit, JSON,
 prefix-stable layout, divergence, tenant cache salt, the usage request), waits for an
 admission slot, and is then handed to vLLM's handler as the rewritten body instead of
-being sent over a socket; the response comes back through `send`, where the injected
-usage chunk is dropped and the same `gateway_*` metrics are counted.  There is no
+being sent over a socket; the response comes back through `send`
+(gateway/embedded_relay.py), where the injected usage chunk is dropped and the same
+`gateway_*` metrics are counted.  There is no
 second HTTP parse, no upstream write and no relay of every token event: the standalone
 gateway's per-request and per-event cost on a small machine (docs/gateway.md,
 "Overhead"), which no trim of its Python could bring near a native proxy's.
@@ -53,6 +54,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.app import JSON_ROUTES, admission_of, preparer_of
+from gateway.embedded_relay import Relay
 from gateway.errors import ConfigError, GatewayError, Overloaded
 from gateway.fastroutes import RequestCount, route_table
 from gateway.metrics import GatewayMetrics
@@ -64,9 +66,8 @@ from gateway.middleware import (
     send_json_error,
 )
 from gateway.prepare import Incoming, Preparer
-from gateway.proxy import Forward, record_finish, usage_of
+from gateway.proxy import Forward
 from gateway.settings import GatewaySettings, load_settings
-from gateway.sse import EventSplitter, StreamObserver
 from gateway.thermal import ThermalGuard
 
 log = logging.getLogger(__name__)
@@ -233,7 +234,7 @@ class EmbeddedGateway:
         metrics.in_flight.inc()
         self._replica_in_flight.inc()
         outcome = "cancelled"
-        relay = _Relay(metrics, forward, count, send)
+        relay = Relay(metrics, forward, count, send)
         try:
             await self.app(*_handed_over(scope, receive, forward, relay), relay)
             # vLLM may end a stream whose client left as if it were done: no `ok`.
@@ -335,7 +336,7 @@ def _open(scope: Scope) -> bool:
 
 
 def _handed_over(
-    scope: Scope, receive: Receive, forward: Forward, relay: _Relay
+    scope: Scope, receive: Receive, forward: Forward, relay: Relay
 ) -> tuple[Scope, Receive]:
     """The scope and `receive` vLLM's handler gets: the prepared body in one message
     (with its length in the headers), then the client's own messages, a disconnect
@@ -378,139 +379,3 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-class _Relay:
-    """The `send` vLLM's handler gets: counts the status, adds the gateway's response
-    headers, observes a stream's events (dropping the usage chunk the gateway asked
-    for) or a generation's JSON usage, and records the latencies at the end."""
-
-    __slots__ = (
-        "_body",
-        "_count",
-        "_forward",
-        "_metrics",
-        "_observer",
-        "_send",
-        "_splitter",
-        "complete",
-        "left_early",
-    )
-
-    def __init__(
-        self, metrics: GatewayMetrics, forward: Forward, count: RequestCount, send: Send
-    ) -> None:
-        self._metrics = metrics
-        self._forward = forward
-        self._count = count
-        self._send = send
-        self._observer: StreamObserver | None = None
-        # Made when a chunk is not one whole event (vLLM writes one event a message).
-        self._splitter: EventSplitter | None = None
-        self._body: list[bytes] | None = None  # a generation's JSON body, for its usage
-        self.complete = False  # the response's last body message was sent
-        self.left_early = False  # the client left before that
-
-    async def __call__(self, message: Message) -> None:
-        try:
-            observer = self._observer
-            if observer is not None and self._splitter is None and message.get("more_body", False):
-                chunk: bytes = message.get("body", b"")
-                if _one_event(chunk):
-                    # The hot path (every token event, on vLLM's loop): one whole event, as
-                    # vLLM writes each, is noted and passes as it is; the usage chunk the
-                    # gateway asked for is noted and dropped.
-                    if observer.observe(chunk):
-                        await self._send(message)
-                    return
-            if message["type"] != "http.response.body":
-                if message["type"] == "http.response.start":
-                    message = self._start(message)
-                await self._send(message)
-                return
-            more: bool = message.get("more_body", False)
-            if observer is not None:
-                chunk = message.get("body", b"")
-                if self._splitter is None and (not chunk or _one_event(chunk)):
-                    # The last message: nothing, or one whole event ([DONE], the usage chunk).
-                    if chunk and not observer.observe(chunk):
-                        message = {**message, "body": b""}
-                else:  # an event cut across messages, or several in one
-                    out = self._events(observer, chunk, more)
-                    if out is None:
-                        return
-                    if out is not chunk:
-                        message = {**message, "body": out}
-                if not more:
-                    self._finish_stream(observer)
-            elif self._body is not None:
-                self._body.append(message.get("body", b""))
-                if not more:
-                    self._done(usage_of(200, b"".join(self._body)))
-            await self._send(message)
-            if not more:
-                self.complete = True
-        except OSError:
-            # uvicorn's send on a connection the client closed (ASGI 2.4 has it raise;
-            # Starlette's StreamingResponse turns that into ClientDisconnect).
-            self.client_left()
-            raise
-
-    def client_left(self) -> None:
-        """The client left: vLLM's handler heard it, or a send to it failed."""
-        if not self.complete:
-            self.left_early = True
-
-    def _start(self, message: Message) -> Message:
-        status: int = message["status"]
-        self._count(status)
-        forward = self._forward
-        headers = list(message.get("headers", ()))
-        headers += [(k.encode(), v.encode()) for k, v in forward.extra_headers.items()]
-        if forward.stream and _event_stream(headers):
-            self._observer = StreamObserver(
-                forward.drop_usage, self._metrics.inter_token_latency.observe
-            )
-        elif forward.generation:
-            self._body = [] if status == 200 else None
-            if status != 200:
-                self._done(None)
-        return {**message, "headers": headers}
-
-    def _events(self, observer: StreamObserver, chunk: bytes, more: bool) -> bytes | None:
-        """What to send of a chunk that is not one whole event (an event cut across
-        messages, several in one), or None to send nothing mid-stream (the injected
-        usage chunk dropped).  From the first such chunk on, the stream goes through
-        the splitter."""
-        if self._splitter is None:
-            self._splitter = EventSplitter()
-        splitter = self._splitter
-        out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
-        if not more:
-            out += splitter.rest()
-        elif not out:
-            return None
-        return chunk if out == chunk else out
-
-    def _finish_stream(self, observer: StreamObserver) -> None:
-        if observer.first_event_at is not None:
-            self._metrics.ttft.observe(observer.first_event_at - self._forward.started)
-        self._done(observer.usage)
-
-    def _done(self, usage: dict[str, Any] | None) -> None:
-        record_finish(self._metrics, self._forward, usage)
-
-
-def _one_event(chunk: bytes) -> bool:
-    """`chunk` is one whole `data:` event with LF line ends: its first blank line is
-    its end (JSON has no raw line breaks), and no CR could make it two."""
-    return (
-        chunk.startswith(b"data:") and chunk.find(b"\n\n") == len(chunk) - 2 and b"\r" not in chunk
-    )
-
-
-def _event_stream(headers: list[tuple[bytes, bytes]]) -> bool:
-    for name, value in headers:
-        if name.lower() == b"content-type":
-            return value.startswith(b"text/event-stream")
-    return False
