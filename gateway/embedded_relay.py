@@ -48,7 +48,7 @@ class Relay:
         self._splitter: EventSplitter | None = None
         self._body: list[bytes] | None = None  # a generation's JSON body, for its usage
         self.complete = False  # the response's last body message was sent
-        self.left_early = False  # the client left before that
+        self.left_early = False  # the client left while vLLM's handler ran
 
     async def __call__(self, message: Message) -> None:
         try:
@@ -96,9 +96,11 @@ class Relay:
             raise
 
     def client_left(self) -> None:
-        """The client left: vLLM's handler heard it, or a send to it failed."""
-        if not self.complete:
-            self.left_early = True
+        """The client left while vLLM's handler ran: its disconnect listener heard it,
+        or a send to it failed.  Even after the last body message: uvicorn drops what
+        is sent to a closed connection, and vLLM may end an aborted stream itself (an
+        error event, `[DONE]`) before its listener hears the disconnect."""
+        self.left_early = True
 
     def _start(self, message: Message) -> Message:
         status: int = message["status"]

@@ -223,6 +223,40 @@ def test_whole_events_pass_and_the_usage_chunk_is_dropped_and_counted(
     assert gaps == 1  # two token events: one gap; the usage chunk is not a token
 
 
+def test_a_stream_vllm_ended_itself_after_the_client_left_is_cancelled_not_ok(
+    make_settings: MakeSettings,
+) -> None:
+    """vLLM can end a stream whose client left before its disconnect listener hears
+    it (it saw the abort first: an error event, `[DONE]`, the last message), and
+    uvicorn drops every send to the closed connection.  Seen on a loaded machine as
+    `ok` for a client that had gone; the listener's disconnect, heard before the
+    handler returns, makes it `cancelled`."""
+    done = b"data: [DONE]\n\n"
+
+    async def ended_then_heard(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+        await send({"type": "http.response.body", "body": done, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        assert (await receive())["type"] == "http.disconnect"  # Starlette's listener
+
+    registry = CollectorRegistry()
+    gateway = EmbeddedGateway(ended_then_heard, make_settings(), registry)
+    body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
+    incoming = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        return incoming.pop() if incoming else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        pass
+
+    asyncio.run(gateway(_http(authorization=f"Bearer {ALICE_KEY}"), receive, send))
+    replica = "gateway_upstream_requests_total"
+    assert registry.get_sample_value(replica, {"replica": "embedded", "outcome": "cancelled"}) == 1
+    assert registry.get_sample_value(replica, {"replica": "embedded", "outcome": "ok"}) == 0
+
+
 def test_a_client_gone_while_vllm_writes_is_cancelled_not_a_server_error(
     make_settings: MakeSettings,
 ) -> None:
