@@ -103,10 +103,9 @@ class Supervisor:
         ctx = self.ctx
         ctx.signals.check()
         ctx.console.say(f"launching vLLM: {ctx.launch.shown()}")
-        with contextlib.ExitStack() as stack:
-            environ = ctx.environ
-            if ctx.config.role == "single":
-                environ = stack.enter_context(private_rpc_dir(environ))
+        one_node = ctx.config.role == "single"  # vLLM copies VLLM_* to a cluster's nodes
+        sockets = private_rpc_dir(ctx.environ) if one_node else contextlib.nullcontext(ctx.environ)
+        with sockets as environ:
             return self._run(environ)
 
     def _run(self, environ: dict[str, str]) -> int:

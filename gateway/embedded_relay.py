@@ -98,8 +98,8 @@ class Relay:
     def client_left(self) -> None:
         """The client left while vLLM's handler ran: its disconnect listener heard it,
         or a send to it failed.  Even after the last body message: uvicorn drops what
-        is sent to a closed connection, and vLLM may end an aborted stream itself (an
-        error event, `[DONE]`) before its listener hears the disconnect."""
+        is sent to a closed connection, and vLLM may end an aborted stream itself (its
+        last message sent) before its listener hears the disconnect."""
         self.left_early = True
 
     def _start(self, message: Message) -> Message:

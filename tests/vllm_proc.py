@@ -8,6 +8,7 @@ which stops the server as soon as vLLM has logged its KV capacity.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import re
 import shutil
@@ -41,17 +42,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-_rpc_dir: str | None = None
-
-
+@functools.cache
 def rpc_dir_for_tests() -> str:
     """One directory for the ZMQ IPC sockets of every vLLM this test process starts,
     removed when it exits: vLLM leaves them behind (entrypoint/child.py)."""
-    global _rpc_dir
-    if _rpc_dir is None:
-        _rpc_dir = tempfile.mkdtemp(prefix="sparkserve-test-vllm-rpc-")
-        atexit.register(shutil.rmtree, _rpc_dir, True)
-    return _rpc_dir
+    path = tempfile.mkdtemp(prefix="sparkserve-test-vllm-rpc-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def vllm_env(kv_gib: float | None = None) -> dict[str, str]:

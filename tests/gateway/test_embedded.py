@@ -226,9 +226,9 @@ def test_whole_events_pass_and_the_usage_chunk_is_dropped_and_counted(
 def test_a_stream_vllm_ended_itself_after_the_client_left_is_cancelled_not_ok(
     make_settings: MakeSettings,
 ) -> None:
-    """vLLM can end a stream whose client left before its disconnect listener hears
-    it (it saw the abort first: an error event, `[DONE]`, the last message), and
-    uvicorn drops every send to the closed connection.  Seen on a loaded machine as
+    """vLLM can end a stream whose client left (its last message sent) before its
+    disconnect listener hears it, and uvicorn drops every send to the closed
+    connection (traced on a loaded machine).  Seen on a loaded machine as
     `ok` for a client that had gone; the listener's disconnect, heard before the
     handler returns, makes it `cancelled`."""
     done = b"data: [DONE]\n\n"
