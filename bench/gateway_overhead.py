@@ -82,6 +82,7 @@ from bench.schedwait import WaitMeter, describe
 from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
 from bench.spin_embedded import PROBE_PATH
 from bench.spin_embedded import SPIN_HEADER as SPIN_HEADER_BYTES
+from bench.spin_embedded import TURN_HEADER as TURN_HEADER_BYTES
 from bench.synthetic_sse import DONE, install_uvloop
 from tools.sigterm import run_interruptible
 
@@ -150,6 +151,9 @@ async def _round(
 
 CALIBRATION_CPU_ROUNDS = 20
 SPIN_HEADER = SPIN_HEADER_BYTES.decode()
+TURN_HEADER = TURN_HEADER_BYTES.decode()
+# The embedded gateway without the loop's turn before the handover (--unturned).
+UNTURNED = "embedded-unturned"
 
 
 async def _measure_level(
@@ -201,10 +205,10 @@ async def _measure(
     return table, ratios
 
 
-def spinning_figures(url: str) -> dict[str, Any] | None:
+def spinning_answer(url: str) -> dict[str, Any] | None:
     """What the spinning embedded gateway (bench/spin_embedded.py) in the vLLM at `url`
-    timed of its own work before vLLM's handler since it was last asked, or None when
-    that vLLM does not run it."""
+    answers at its probe (the work it timed before the handover since it was last asked,
+    with and without the loop's turn), or None when that vLLM does not run it."""
     try:
         answer = httpx.get(url + PROBE_PATH, timeout=10)
         figures = answer.json() if answer.status_code == 200 else None
@@ -212,36 +216,55 @@ def spinning_figures(url: str) -> dict[str, Any] | None:
         return None
     if not isinstance(figures, dict) or figures.get("spin_header") != SPIN_HEADER:
         return None
-    pre = figures.get("pre_forward_us")
+    return figures
+
+
+def spinning_figures(url: str) -> dict[str, Any] | None:
+    """The spinning embedded gateway's timing of the requests that took the loop's turn
+    (`pre_forward_us`), or None when that vLLM does not run it."""
+    pre = (spinning_answer(url) or {}).get("pre_forward_us")
     return pre if isinstance(pre, dict) else None
 
 
 def _check_spinning_vllm(url: str) -> None:
-    """`--spin` with `--embedded-bypass`: the vLLM must run the spinning class, or the
-    header would be ignored and the calibration line come out flat."""
+    """`--spin` or `--unturned` with `--embedded-bypass`: the vLLM must run the
+    calibration class, or its headers would be ignored (the calibration line flat, the
+    unturned path the embedded one)."""
     if spinning_figures(url) is None:
         raise SystemExit(
-            f"--spin with --embedded-bypass: {url} does not run the spinning embedded gateway "
-            f"(GET {PROBE_PATH} did not answer as it does).  Start vLLM with --middleware "
-            f"{SPIN_MIDDLEWARE} (bench.embedded_overhead --spin does)"
+            f"--spin/--unturned with --embedded-bypass: {url} does not run the spinning "
+            f"embedded gateway (GET {PROBE_PATH} did not answer as it does).  Start vLLM with "
+            f"--middleware {SPIN_MIDDLEWARE} (bench.embedded_overhead --spin or --unturned does)"
         )
 
 
 def _embedded_own_us(url: str) -> float | None:
-    """After a `--spin` run: the embedded gateway's mean CPU per request before vLLM's
-    handler, on vLLM's loop during the run (printed; None when it timed none)."""
-    figures = spinning_figures(url) or {}
-    mean, n = figures.get("mean"), figures.get("requests", 0)
-    if not isinstance(mean, int | float) or not n:
-        print("the embedded gateway timed no request before vLLM's handler")
-        return None
-    print(
-        f"the embedded gateway's own CPU before vLLM's handler, on vLLM's loop in this run: "
-        f"mean {mean:.1f} us, p50 {figures.get('p50')} us over {n} requests "
-        f"({figures.get('dropped', 0)} not timed: the request waited and the loop ran "
-        "other work meanwhile)"
-    )
-    return float(mean)
+    """After a `--spin` or `--unturned` run: the embedded gateway's mean CPU per request
+    before the handover, on vLLM's loop during the run (printed, and that of the
+    `embedded-unturned` requests when there were any; None when it timed none)."""
+    answer = spinning_answer(url) or {}
+    own: float | None = None
+    for key, which in (("pre_forward_us", ""), ("pre_forward_unturned_us", ", unturned")):
+        figures = answer.get(key)
+        figures = figures if isinstance(figures, dict) else {}
+        mean, n = figures.get("mean"), figures.get("requests", 0)
+        if not isinstance(mean, int | float) or not n:
+            if not which:
+                print("the embedded gateway timed no request before the handover")
+            continue
+        dropped = figures.get("dropped")
+        print(
+            f"the embedded gateway's own CPU before the handover{which}, on vLLM's loop in "
+            f"this run: mean {mean:.1f} us, p50 {figures.get('p50')} us over {n} requests"
+            + (
+                f" ({dropped} not timed: the request waited and the loop ran other work meanwhile)"
+                if dropped is not None
+                else ""
+            )
+        )
+        if not which:
+            own = float(mean)
+    return own
 
 
 def _connector() -> aiohttp.TCPConnector:
@@ -389,6 +412,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(bench/spin_gateway.py) and fit what a us costs in TTFT",
     )
     parser.add_argument(
+        "--unturned",
+        action="store_true",
+        help="with --embedded-bypass, against the calibration class "
+        "(bench.embedded_overhead --unturned starts it): also race embedded-unturned, the "
+        "embedded gateway without the loop's turn before the handover",
+    )
+    parser.add_argument(
         "--embedded-bypass",
         metavar="TOKEN",
         help="with --vllm-url: that vLLM runs the embedded gateway (gateway/embedded.py) "
@@ -425,6 +455,11 @@ TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~-]+")
 def _check_embedded(args: argparse.Namespace) -> None:
     if args.api_key and not args.embedded_bypass:
         raise SystemExit("--api-key is for the embedded path: it needs --embedded-bypass")
+    if args.unturned and not args.embedded_bypass:
+        raise SystemExit(
+            "--unturned races the embedded gateway without its loop turn: it needs "
+            "--embedded-bypass (bench.embedded_overhead --unturned)"
+        )
     if not args.embedded_bypass:
         return
     if not TOKEN_CHARS.fullmatch(args.embedded_bypass):
@@ -503,11 +538,14 @@ def _main(args: argparse.Namespace) -> int:
             name = "gw-" + client if client else "gateway"
             urls[name], gateways[name] = url, child
         spin_headers: dict[str, dict[str, str]] = {}
-        if bypass and args.spin:  # the same vLLM, asked per request to spin (first: can it?)
+        if bypass and (args.spin or args.unturned):  # the calibration class (can it?)
             _check_spinning_vllm(upstream)
-            for spin_us in args.spin:
+            for spin_us in args.spin:  # the same vLLM, asked per request to spin
                 urls[spin_name(spin_us, embedded=True)] = upstream
                 spin_headers[spin_name(spin_us, embedded=True)] = {SPIN_HEADER: str(spin_us)}
+            if args.unturned:
+                urls[UNTURNED] = upstream
+                spin_headers[UNTURNED] = {TURN_HEADER: "off"}
         for spin_us in args.spin if not bypass else []:
             child, url = start_gateway(upstream, None, spin_us=spin_us)
             children.append(child)
@@ -550,6 +588,8 @@ def _main(args: argparse.Namespace) -> int:
         print(describe(waits))
         if spin_headers:
             own_us = _embedded_own_us(upstream)
+            if not args.spin:  # no line to extrapolate along
+                own_us = None
         if ratios:
             top = max(ratios)
             print_targets(top, ratios[top])

@@ -13,12 +13,17 @@ ones says what a microsecond of the gateway's per-request work on that loop cost
 TTFT (docs/gateway.md, "Overhead").  Nothing else differs from the real class: requests
 without the header, and `send`, are untouched.
 
-It also times, on the thread's CPU clock, the gateway's own work before vLLM's handler
-runs (reading and preparing the request, admission: what a spin stands for), for every
-request it serves.  `GET /bench/spin-embedded` answers those figures as JSON (and
+It also times, on the thread's CPU clock, the gateway's own work before it hands the
+request to vLLM's handler (reading and preparing the request, admission: what a spin
+stands for; up to the loop's turn before the handover, `EmbeddedGateway._turn`), for
+every request it serves.  `GET /bench/spin-embedded` answers those figures as JSON (and
 starts them again), so the bench can check, before it measures, that vLLM runs this
 class (the header would otherwise be ignored and the line be flat), and afterwards read
 what the gateway itself spent there during the run.
+
+`x-bench-turn: off` makes a request skip the loop's turn before the handover: the
+`embedded-unturned` path of `bench.gateway_overhead --unturned` (what the turn changes,
+raced in the same run).  Its work before the handover is timed apart.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import asyncio
 import json
 import statistics
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -37,18 +43,22 @@ from gateway.embedded import EmbeddedGateway, _answer
 from gateway.settings import GatewaySettings
 
 SPIN_HEADER = b"x-bench-spin-us"
+TURN_HEADER = b"x-bench-turn"
 PROBE_PATH = "/bench/spin-embedded"
 MIDDLEWARE = "bench.spin_embedded.SpinningEmbeddedGateway"
-# Scope key: the thread's CPU clock at the start, and whether the loop has run other
+# The request's: the thread's CPU clock at the start, whether the loop has run other
 # work since (a span in which the request's task waited holds that work's CPU too: it
-# is counted as not timed).
-_STARTED = "sparkserve.bench.started"
+# is counted as not timed), and whether it takes the loop's turn before the handover.
+_STARTED: ContextVar[tuple[int, list[bool], bool] | None] = ContextVar(
+    "sparkserve_bench_started", default=None
+)
 MAX_SAMPLES = 1_000_000
 
 
 class SpinningEmbeddedGateway(EmbeddedGateway):
     """`EmbeddedGateway` that spins the microseconds a request's `x-bench-spin-us` asks
-    for before handling it, and times its own work before vLLM's handler (module
+    for before handling it, skips the loop's turn before the handover for a request
+    with `x-bench-turn: off`, and times its own work before the handover (module
     docstring)."""
 
     def __init__(
@@ -58,23 +68,16 @@ class SpinningEmbeddedGateway(EmbeddedGateway):
         registry: CollectorRegistry | None = None,
     ) -> None:
         super().__init__(app, settings, registry)
-        self.pre_forward_ns: list[int] = []
+        # CPU ns before the handover, by whether the request took the loop's turn.
+        self.pre_forward_ns: dict[bool, list[int]] = {True: [], False: []}
         self.dropped = 0
-        handler = self.app
-
-        async def reached(scope: Scope, receive: Receive, send: Send) -> None:
-            started = scope.get(_STARTED)
-            if started is not None:
-                self._note(started)
-            await handler(scope, receive, send)
-
-        self.app = reached
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             if scope["path"] == PROBE_PATH:
                 await _answer(send, 200, self.probe_answer())
                 return
+            turn = True
             for name, value in scope["headers"]:
                 if name == SPIN_HEADER:
                     microseconds = spin_of(value)
@@ -86,30 +89,48 @@ class SpinningEmbeddedGateway(EmbeddedGateway):
                         await _answer(send, 400, message.encode())
                         return
                     spin(microseconds)
-                    break
+                elif name == TURN_HEADER:
+                    turn = value != b"off"
             bypassed = self.bypass is not None and self._bypassed(scope)
             if not bypassed and (scope["method"], scope["path"]) in self.routes:
                 turned = [False]  # set by the loop's next turn: only if this task waits
                 asyncio.get_running_loop().call_soon(turned.__setitem__, 0, True)
-                scope[_STARTED] = (time.thread_time_ns(), turned)
+                _STARTED.set((time.thread_time_ns(), turned, turn))
         await super().__call__(scope, receive, send)
 
-    def _note(self, started: tuple[int, list[bool]]) -> None:
+    async def _turn(self) -> None:
+        # The gateway is through with the request but for the handover: the span ends
+        # here, before the loop's turn (in which other requests' work runs).
+        started = _STARTED.get()
+        if started is not None:
+            _STARTED.set(None)
+            self._note(started)
+            if not started[2]:
+                return
+        await super()._turn()
+
+    def _note(self, started: tuple[int, list[bool], bool]) -> None:
         cpu = time.thread_time_ns() - started[0]
+        samples = self.pre_forward_ns[started[2]]
         if started[1][0]:
             self.dropped += 1
-        elif len(self.pre_forward_ns) < MAX_SAMPLES:
-            self.pre_forward_ns.append(cpu)
+        elif len(samples) < MAX_SAMPLES:
+            samples.append(cpu)
 
     def probe_answer(self) -> bytes:
         """The figures since the last probe, as JSON; they start again."""
-        samples, dropped = self.pre_forward_ns, self.dropped
-        self.pre_forward_ns, self.dropped = [], 0
-        figures: dict[str, Any] = {"requests": len(samples), "dropped": dropped}
-        if samples:
-            figures["mean"] = round(statistics.fmean(samples) / 1000, 1)
-            figures["p50"] = round(statistics.median(samples) / 1000, 1)
-        return json.dumps({"spin_header": SPIN_HEADER.decode(), "pre_forward_us": figures}).encode()
+        answer: dict[str, Any] = {"spin_header": SPIN_HEADER.decode()}
+        for turn, key in ((True, "pre_forward_us"), (False, "pre_forward_unturned_us")):
+            samples = self.pre_forward_ns[turn]
+            figures: dict[str, Any] = {"requests": len(samples)}
+            if turn:
+                figures["dropped"] = self.dropped
+            if samples:
+                figures["mean"] = round(statistics.fmean(samples) / 1000, 1)
+                figures["p50"] = round(statistics.median(samples) / 1000, 1)
+            answer[key] = figures
+        self.pre_forward_ns, self.dropped = {True: [], False: []}, 0
+        return json.dumps(answer).encode()
 
 
 def spin_of(value: bytes) -> int | None:

@@ -29,8 +29,11 @@ def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
     `--spin`, vLLM runs the spinning class: 50 ms spun on its loop per request put the
     spinning path's first tokens 50-100 ms behind the embedded path's (a stall of
     vLLM in one round does not hide that), and the line through them slopes up; the
-    burst's first token waits for both requests' spins."""
-    done = _run("--concurrency", "2", "--rounds", "2", "--events", "8", "--spin", "50000")
+    burst's first token waits for both requests' spins.  `--unturned` adds the path
+    without the loop's turn before the handover, its work timed apart."""
+    done = _run(
+        "--concurrency", "2", "--rounds", "2", "--events", "8", "--spin", "50000", "--unturned"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert re.search(r"^\s*2\s+embedded/d pair\s+[\d.]+", out, re.M), out
@@ -40,8 +43,12 @@ def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
     assert rows["embedded+50000us"] > rows["embedded"] + 25, out  # TTFT p50, ms
     slope = re.search(r"\(embedded, embedded\+50000us\): .* per request (-?[\d.]+)", out)
     assert slope is not None and float(slope[1]) > 0, out
-    timed = re.search(r"own CPU before vLLM's handler, on vLLM's loop .*: mean ([\d.]+) us", out)
+    timed = re.search(r"own CPU before the handover, on vLLM's loop .*: mean ([\d.]+) us", out)
     assert timed is not None and 0 < float(timed[1]) < 50000, out  # the spin is not in it
+    unturned = re.search(r"handover, unturned, on .*: mean ([\d.]+) us, p50 \S+ us over (\d+)", out)
+    assert unturned is not None and 0 < float(unturned[1]) < 50000, out
+    assert int(unturned[2]) >= 2 * 2, out  # its two streams in each measured round
+    assert re.search(r"^\s*2\s+embedded-unturned/d pair\s+[\d.]+", out, re.M), out
     assert "own CPU per request (before vLLM's handler, on its loop)" in out, out
     # The burst's first token waits until vLLM's loop has taken up both requests: both
     # spins, ~50 ms per stream (only its own would be 25 ms).

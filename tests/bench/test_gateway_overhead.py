@@ -155,6 +155,7 @@ def test_embedded_bypass_options_are_checked_before_anything_starts() -> None:
             "cannot apply",
         ),
         (("--api-key", "sk-a"), "--api-key is for the embedded path"),
+        (("--unturned",), "--unturned races the embedded gateway without its loop turn"),
         (
             ("--vllm-url", "http://127.0.0.1:9", "--embedded-bypass", "a b;"),
             "the token may hold only letters, digits",

@@ -21,6 +21,8 @@ from bench.launcher import free_port
 from bench.proxies import wait_ready
 from bench.spin_embedded import PROBE_PATH, SpinningEmbeddedGateway, spin_of
 from gateway.embedded import load_embedded_settings
+from gateway.prepare import Preparer
+from gateway.proxy import Forward
 from tests.bench.overhead_cli import run_overhead
 from tests.gateway.test_embedded import Inner, _body, _call, _http, _status
 
@@ -76,12 +78,16 @@ def test_a_request_that_asks_spins_then_is_served_as_embedded(
     assert all(name != b"authorization" for name, _ in scope["headers"])
 
 
-def _probe(gateway: SpinningEmbeddedGateway) -> dict[str, Any]:
+def _probe_all(gateway: SpinningEmbeddedGateway) -> dict[str, Any]:
     sent = _call(gateway, _http(PROBE_PATH, "GET"))
     assert _status(sent) == 200
     answer = json.loads(_body(sent))
     assert answer["spin_header"] == "x-bench-spin-us"
-    return dict(answer["pre_forward_us"])
+    return dict(answer)
+
+
+def _probe(gateway: SpinningEmbeddedGateway) -> dict[str, Any]:
+    return dict(_probe_all(gateway)["pre_forward_us"])
 
 
 def test_the_probe_answers_the_work_timed_before_vllms_handler(
@@ -163,3 +169,53 @@ def test_spin_beside_the_embedded_bypass_needs_the_spinning_class() -> None:
     assert "does not run the spinning embedded gateway" in done.stderr
     assert "--middleware bench.spin_embedded.SpinningEmbeddedGateway" in done.stderr
     assert "Traceback" not in done.stderr and "streams" not in done.stdout
+
+
+def test_a_request_with_the_turn_off_is_handed_over_at_once_and_timed_apart(
+    gateway: SpinningEmbeddedGateway, inner: TimedInner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`x-bench-turn: off` (the bench's `embedded-unturned` path): of two requests
+    started in the same turn, the first reaches vLLM's handler before the second is
+    prepared, as without `EmbeddedGateway._turn`; with the turn, both are prepared
+    first.  Each kind's work before the handover is timed apart."""
+    order: list[str] = []
+    original = Preparer.prepare
+
+    async def noted(self: Preparer, route: str, scope: Scope, receive: Receive) -> Forward:
+        order.append("prepared")
+        return await original(self, route, scope, receive)
+
+    monkeypatch.setattr(Preparer, "prepare", noted)
+    inner_call = inner.__call__
+
+    async def reached(scope: Scope, receive: Receive, send: Send) -> None:
+        order.append("handler")
+        await inner_call(scope, receive, send)
+
+    gateway.app = reached
+
+    def receiver() -> Receive:
+        given = [{"type": "http.request", "body": BODY, "more_body": False}]
+
+        async def receive() -> Message:
+            if given:
+                return given.pop()
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        return receive
+
+    async def send(message: Message) -> None:
+        pass
+
+    async def two(**more: str) -> None:
+        await asyncio.gather(*(gateway(_headers(**more), receiver(), send) for _ in "ab"))
+
+    asyncio.run(two(x_bench_turn="off"))
+    assert order == ["prepared", "handler", "prepared", "handler"]
+    order.clear()
+    asyncio.run(two())
+    assert order == ["prepared", "prepared", "handler", "handler"]
+    answer = _probe_all(gateway)
+    assert answer["pre_forward_us"]["requests"] == 2
+    assert answer["pre_forward_unturned_us"]["requests"] == 2

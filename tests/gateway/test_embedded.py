@@ -427,3 +427,51 @@ def test_a_request_whose_client_left_in_the_queue_is_compared_too(
 
     asyncio.run(asyncio.wait_for(run(), 10))
     assert registry.get_sample_value("gateway_prefix_divergence_total", {"segment": "system"}) == 1
+
+
+def test_a_burst_is_prepared_before_any_of_it_is_handed_to_vllm(
+    make_settings: MakeSettings,
+) -> None:
+    """Requests that reach vLLM's server in the same turn of its loop are all prepared
+    and admitted before vLLM's handler runs the first of them, and handed over in the
+    order they came: the gateway's work runs back to back, not between runs of vLLM's
+    handler (EmbeddedGateway._turn)."""
+    registry = CollectorRegistry()
+    seen: list[tuple[float | None, str]] = []
+
+    class Noting(Inner):
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            message = await receive()
+            content = json.loads(message["body"])["messages"][0]["content"]
+            seen.append((registry.get_sample_value("gateway_in_flight"), content))
+            given = [message]
+
+            async def again() -> Message:
+                return given.pop() if given else await receive()
+
+            await super().__call__(scope, again, send)
+
+    gateway = EmbeddedGateway(Noting(), make_settings(), registry)
+    headers = {"authorization": f"Bearer {ALICE_KEY}"}
+
+    def receiver(text: str) -> Receive:
+        body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": text}]})
+        given = [{"type": "http.request", "body": body.encode(), "more_body": False}]
+
+        async def receive() -> Message:
+            if given:
+                return given.pop()
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        return receive
+
+    async def send(message: Message) -> None:
+        pass
+
+    async def burst() -> None:  # tasks made together start in the same turn, in order
+        await asyncio.gather(*(gateway(_http(**headers), receiver(t), send) for t in "abc"))
+
+    asyncio.run(asyncio.wait_for(burst(), 10))
+    # All three held a slot when the first reached vLLM; each one's end frees its slot.
+    assert seen == [(3.0, "a"), (2.0, "b"), (1.0, "c")]
