@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ class Round:
     wall_s: float = 0.0
     # Why streams failed: reason -> count (a status, an aiohttp error, no [DONE]).
     why: dict[str, int] = field(default_factory=dict)
+    # Which of the saved runs `--pool` reports it came from (0 in a live run).
+    run: int = 0
 
     def failed(self, reason: str) -> None:
         self.failures += 1
@@ -87,7 +89,7 @@ def _print_row(streams: int, name: str, s: Summary) -> None:
 
 def _print_ratio(streams: int, name: str, g: Summary, d: Summary) -> Ratios:
     """The ratio rows, and under them their 95 % bootstrap intervals over rounds."""
-    r = Ratios.of(g.runs, d.runs)
+    r = Ratios.of(g.runs, d.runs, runs=_runs(d.runs))
     print(
         f"{streams:>7} {name + '/d':>12} {r.ttft_p50.value:>12.3f} "
         f"{r.ttft_p99.value:>12.3f} {r.tokens_per_s.value:>10.3f}"
@@ -105,6 +107,12 @@ def _print_ratio(streams: int, name: str, g: Summary, d: Summary) -> Ratios:
         f"{_span(r.paired_tokens_per_s):>10}"
     )
     return r
+
+
+def _runs(rounds: list[Round]) -> list[int] | None:
+    """Each round's run when the rounds come from several saved runs, else None."""
+    runs = [r.run for r in rounds]
+    return runs if len(set(runs)) > 1 else None
 
 
 def _span(e: Estimate) -> str:
@@ -160,14 +168,15 @@ def print_calibration(streams: int, results: dict[str, list[Round]], own_us: flo
     if len(points) < 2:
         return
     direct, n = results[DIRECT], len(results[DIRECT])
-    slope = bootstrap(n, fitted_ttft(points, direct))
+    runs = _runs(direct)
+    slope = bootstrap(n, fitted_ttft(points, direct, runs=runs), runs=runs)
     print(
         f"\ncalibration at {streams} streams ({names}): pooled TTFT p50 ratio per 100 us "
         f"of gateway CPU per request {slope}"
     )
     if own_us is None:
         return
-    none = bootstrap(n, fitted_ttft(points, direct, at_us=-own_us))
+    none = bootstrap(n, fitted_ttft(points, direct, at_us=-own_us, runs=runs), runs=runs)
     source = "before vLLM's handler, on its loop" if base == EMBEDDED else "synthetic upstream"
     print(
         f"  the gateway's own CPU per request ({source}): {own_us:.0f} us; at best, "
@@ -272,9 +281,10 @@ def _round_of(saved: dict[str, Any]) -> Round:
 
 
 def load_rounds(paths: Sequence[str]) -> dict[int, dict[str, list[Round]]]:
-    """Rounds of several saved runs, concatenated per concurrency and path.  Only the
-    concurrencies and paths every run has are kept (rounds stay paired with the direct
-    round of their own run).  SystemExit with the reason for a file that is not one."""
+    """Rounds of several saved runs, concatenated per concurrency and path, each marked
+    with its run (`Round.run`, the file's place among `paths`).  Only the concurrencies
+    and paths every run has are kept (rounds stay paired with the direct round of their
+    own run).  SystemExit with the reason for a file that is not one."""
     runs = []
     for path in paths:
         try:
@@ -297,7 +307,10 @@ def load_rounds(paths: Sequence[str]) -> dict[int, dict[str, list[Round]]]:
         names = [n for n in runs[0][streams] if all(n in run[streams] for run in runs)]
         if DIRECT not in names:
             raise SystemExit(f"--pool: the runs at {streams} streams have no common direct path")
-        table[streams] = {name: [r for run in runs for r in run[streams][name]] for name in names}
+        table[streams] = {
+            name: [replace(r, run=k) for k, run in enumerate(runs) for r in run[streams][name]]
+            for name in names
+        }
     if not table:
         raise SystemExit("--pool: the runs share no concurrency level")
     return table

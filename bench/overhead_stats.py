@@ -8,6 +8,14 @@ one round share vLLM's batch and stalls, rounds are the independent draws.  Each
 resample draws round indices with replacement and takes the same indices on both
 paths, which keeps a round paired with the direct round run next to it.
 
+Rounds of several saved runs (`--pool`) are not pooled into one set of streams for the
+ratios of quantiles and rates: each run's ratio is taken against its own direct rounds,
+and the runs' ratios are combined (`across_runs`), resampling rounds within each run.
+A run's direct level moves from run to run on a shared VM (e.g. TTFT p50 73.5 ms in one
+run, 81.7 ms in the next), and the quantile of the streams of runs at different levels
+is not any run's: three runs whose TTFT p50 ratios were 1.047, 1.049 and 1.050, put
+together as one set of streams, gave 1.040 (docs/gateway.md, "tenth run").
+
 A verdict against a target says `met` when the whole interval is within it,
 `missed` when the whole interval is outside, and `undecided` otherwise (more
 rounds, or `--pool` over saved runs, narrow it).
@@ -131,6 +139,29 @@ def paired_rate(path: Sequence[RoundLike], direct: Sequence[RoundLike]) -> list[
     ]
 
 
+def across_runs(statistic: Statistic, runs: Sequence[int] | None) -> Statistic:
+    """`statistic` (a ratio) taken within each run, then combined: the geometric mean
+    of the runs' ratios, each weighted by its rounds.  `runs` holds each round's run;
+    with one run (or None) the statistic is returned as it is."""
+    if runs is None or len(set(runs)) < 2:
+        return statistic
+    labels = list(runs)
+
+    def stat(idx: Sequence[int]) -> float:
+        groups: dict[int, list[int]] = {}
+        for i in idx:
+            groups.setdefault(labels[i], []).append(i)
+        total = 0.0
+        for members in groups.values():
+            value = statistic(members)
+            if math.isnan(value) or value <= 0:
+                return float("nan")
+            total += len(members) * math.log(value)
+        return math.exp(total / len(idx)) if idx else float("nan")
+
+    return stat
+
+
 def bootstrap(
     rounds: int,
     statistic: Statistic,
@@ -138,14 +169,22 @@ def bootstrap(
     resamples: int = RESAMPLES,
     level: float = LEVEL,
     seed: int = 0,
+    runs: Sequence[int] | None = None,
 ) -> Estimate:
     """The statistic over all rounds, with a percentile bootstrap interval over rounds
-    (NaN bounds when there are fewer than two rounds)."""
+    (NaN bounds when there are fewer than two rounds).  With `runs` (each round's run),
+    a resample draws each run's rounds from that run only, so every run keeps its share."""
     value = statistic(range(rounds))
     if rounds < 2:
         return Estimate(value, float("nan"), float("nan"))
     rng = random.Random(seed)
-    draws = [statistic([rng.randrange(rounds) for _ in range(rounds)]) for _ in range(resamples)]
+    groups: dict[int, list[int]] = {}
+    for i in range(rounds):
+        groups.setdefault(0 if runs is None else runs[i], []).append(i)
+    draws = [
+        statistic([g[rng.randrange(len(g))] for g in groups.values() for _ in g])
+        for _ in range(resamples)
+    ]
     draws = sorted(d for d in draws if not math.isnan(d))
     if not draws:
         return Estimate(value, float("nan"), float("nan"))
@@ -166,18 +205,28 @@ class Ratios:
     paired_tokens_per_s: Estimate
 
     @classmethod
-    def of(cls, path: Sequence[RoundLike], direct: Sequence[RoundLike], *, seed: int = 0) -> Ratios:
+    def of(
+        cls,
+        path: Sequence[RoundLike],
+        direct: Sequence[RoundLike],
+        *,
+        seed: int = 0,
+        runs: Sequence[int] | None = None,
+    ) -> Ratios:
+        """`runs`: each round's run, when the rounds come from several (`--pool`)."""
         n = len(direct)
         if len(path) != n:
             raise ValueError(f"{len(path)} rounds against {n} direct rounds: not paired")
+        if runs is not None and len(runs) != n:
+            raise ValueError(f"{len(runs)} run labels for {n} rounds")
 
         def est(stat: Statistic) -> Estimate:
-            return bootstrap(n, stat, seed=seed)
+            return bootstrap(n, stat, seed=seed, runs=runs)
 
         return cls(
-            ttft_p50=est(pooled_ttft(path, direct, 0.5)),
-            ttft_p99=est(pooled_ttft(path, direct, 0.99)),
-            tokens_per_s=est(pooled_rate(path, direct)),
+            ttft_p50=est(across_runs(pooled_ttft(path, direct, 0.5), runs)),
+            ttft_p99=est(across_runs(pooled_ttft(path, direct, 0.99), runs)),
+            tokens_per_s=est(across_runs(pooled_rate(path, direct), runs)),
             paired_ttft_p50=est(paired(paired_ttft(path, direct))),
             paired_tokens_per_s=est(paired(paired_rate(path, direct))),
         )
@@ -203,15 +252,17 @@ def fitted_ttft(
     paths: Sequence[tuple[float, Sequence[RoundLike]]],
     direct: Sequence[RoundLike],
     at_us: float | None = None,
+    runs: Sequence[int] | None = None,
 ) -> Statistic:
     """The least-squares line through (µs of CPU added per request, pooled TTFT p50
     ratio against direct) over `paths`: its slope per 100 µs (`at_us` None), or its
     value at `at_us` (negative: less CPU than the path at 0).  The same rounds of every
-    path go into a resample, so it can be bootstrapped like the ratios."""
+    path go into a resample, so it can be bootstrapped like the ratios (with `runs`,
+    each ratio is combined across runs as `Ratios.of` does)."""
     xs = [float(x) for x, _ in paths]
     if len(set(xs)) < 2:
         raise ValueError(f"a line needs at least two different amounts of CPU, got {xs}")
-    ratios = [pooled_ttft(rounds, direct, 0.5) for _, rounds in paths]
+    ratios = [across_runs(pooled_ttft(rounds, direct, 0.5), runs) for _, rounds in paths]
 
     def stat(idx: Sequence[int]) -> float:
         ys = [ratio(idx) for ratio in ratios]

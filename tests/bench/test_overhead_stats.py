@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.overhead_report import Round
+from bench.overhead_report import Round, load_rounds
 from bench.overhead_stats import (
     TOKENS_PER_S,
     TTFT_P50,
     Estimate,
     Ratios,
     Target,
+    across_runs,
     bootstrap,
     fitted_ttft,
     paired,
@@ -141,7 +142,9 @@ def test_saved_runs_report_as_one(tmp_path: Path) -> None:
     assert re.search(r"^\s+gateway\s+[\d.]+\s+-?[\d.]+\s+-?[\d.]+ to -?[\d.]+", both.stdout, re.M)
     runs = [json.loads(p.read_text())["levels"]["2"] for p in (first, second)]
     rounds = {n: [Round(**r) for run in runs for r in run[n]] for n in ("direct", "gateway")}
-    expected = Ratios.of(rounds["gateway"], rounds["direct"]).ttft_p50.value
+    # Each run against its own direct rounds, then combined (across_runs).
+    labels = [0] * 3 + [1] * 3
+    expected = Ratios.of(rounds["gateway"], rounds["direct"], runs=labels).ttft_p50.value
     assert float(_pooled_row(both.stdout).split()[0]) == pytest.approx(expected, abs=5e-4)
 
 
@@ -192,3 +195,49 @@ def test_fitted_ttft_interval_widens_with_noise() -> None:
 def test_fitted_ttft_needs_two_amounts_of_cpu() -> None:
     with pytest.raises(ValueError, match="at least two different amounts of CPU"):
         fitted_ttft([(0.0, _rounds_at(0.05, 3)), (0.0, _rounds_at(0.06, 3))], _rounds_at(0.05, 3))
+
+
+def test_runs_at_different_levels_are_each_compared_with_their_own_direct() -> None:
+    """Run A: the path 10 % slower than direct at 1 s; run B: level with direct at 2 s.
+    One set of all their streams puts both p50s at 2 s (ratio 1.00); each run against
+    its own direct rounds gives 1.10 and 1.00, combined by rounds: sqrt(1.10)."""
+
+    def level(n: int, seconds: float) -> list[Round]:
+        return [Round([seconds] * 4, tokens=100, wall_s=seconds) for _ in range(n)]
+
+    direct = level(5, 1.0) + level(5, 2.0)
+    path = level(5, 1.1) + level(5, 2.0)
+    runs = [0] * 5 + [1] * 5
+    assert Ratios.of(path, direct).ttft_p50.value == pytest.approx(1.0)
+    combined = Ratios.of(path, direct, runs=runs)
+    assert combined.ttft_p50.value == pytest.approx(math.sqrt(1.1))
+    assert combined.tokens_per_s.value == pytest.approx(math.sqrt(1 / 1.1))
+    # Every resample keeps both runs' rounds, so the interval is the value's.
+    assert combined.ttft_p50.low == pytest.approx(math.sqrt(1.1))
+    assert combined.ttft_p50.high == pytest.approx(math.sqrt(1.1))
+    with pytest.raises(ValueError, match="run labels"):
+        Ratios.of(path, direct, runs=runs[:-1])
+
+
+def test_a_resample_draws_each_runs_rounds_from_that_run() -> None:
+    runs = [0] * 3 + [1] * 7
+    from_second = bootstrap(10, lambda idx: sum(runs[i] for i in idx), runs=runs)
+    assert (from_second.low, from_second.value, from_second.high) == (7, 7, 7)
+    unstratified = bootstrap(10, lambda idx: sum(runs[i] for i in idx))
+    assert unstratified.low < 7 < unstratified.high
+    # One run: the statistic as it is.
+    one = [0] * 10
+    stat = paired([1.0] * 10)
+    assert across_runs(stat, one) is stat and across_runs(stat, None) is stat
+
+
+def test_pooled_rounds_carry_the_run_they_came_from(tmp_path: Path) -> None:
+    one = {"ttft_s": [0.1], "tokens": 1, "failures": 0, "wall_s": 1.0}
+    files = []
+    for name, n in (("a.json", 2), ("b.json", 1)):
+        path = tmp_path / name
+        path.write_text(json.dumps({"levels": {"32": {"direct": [one] * n, "gateway": [one] * n}}}))
+        files.append(str(path))
+    table = load_rounds(files)
+    assert [r.run for r in table[32]["direct"]] == [0, 0, 1]
+    assert [r.run for r in table[32]["gateway"]] == [0, 0, 1]
