@@ -443,7 +443,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--pool",
         nargs="+",
         metavar="JSON",
-        help="instead: report runs saved by --save as one (their rounds concatenated)",
+        help="instead: report runs saved by --save as one (each ratio taken within each "
+        "run against its own direct rounds, the runs combined by rounds)",
     )
     return parser.parse_args(argv)
 
