@@ -259,7 +259,14 @@ def test_past_the_per_key_limit_a_429_with_retry_after(embedded: str) -> None:
     per key.  They arrive together because the admission runs on vLLM's own loop: on
     this tiny model, once vLLM generates, its API server takes up new requests only
     when the generation ends (a /metrics asked mid-generation took 4 s), and a request
-    sent while two others stream would find their slots free again."""
+    sent while two others stream would find their slots free again.
+
+    Even sent together, the third can reach vLLM's loop after the generation started
+    and be taken up only once the first two ended: all three served, which says nothing
+    about the limit (seen with and without the loop's turn before the handover, with
+    two busy loops beside vLLM; the client's own clock cannot tell, since its loop is
+    starved too).  Such an attempt is made again, five times at most; Bob's request is
+    served in every one, and a limit that never refuses fails."""
     body = {"model": "tiny", "prompt": "go", "max_tokens": 300, "ignore_eos": True}
 
     async def run() -> list[httpx.Response]:
@@ -272,10 +279,16 @@ def test_past_the_per_key_limit_a_429_with_retry_after(embedded: str) -> None:
                 )
             )
 
-    *alice, bob = asyncio.run(run())
-    statuses = sorted(response.status_code for response in alice)
-    print(f"\nalice's {statuses}, bob's {bob.status_code}")
-    assert statuses == [200] * PER_KEY + [429] and bob.status_code == 200
+    for _ in range(5):
+        *alice, bob = asyncio.run(run())
+        statuses = sorted(response.status_code for response in alice)
+        print(f"\nalice's {statuses}, bob's {bob.status_code}")
+        assert bob.status_code == 200
+        assert statuses in ([200] * PER_KEY + [429], [200] * (PER_KEY + 1)), statuses
+        if 429 in statuses:
+            break
+    else:
+        pytest.fail("in five attempts Alice's third request was never refused")
     refused = next(response for response in alice if response.status_code == 429)
     assert refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["type"] == "rate_limit_error"
