@@ -24,7 +24,7 @@ from gateway.embedded import load_embedded_settings
 from gateway.prepare import Preparer
 from gateway.proxy import Forward
 from tests.bench.overhead_cli import run_overhead
-from tests.gateway.test_embedded import Inner, _body, _call, _http, _status
+from tests.gateway.test_embedded import Inner, _body, _call, _http, _status, dropped, staying
 
 KEY = "sk-spin"
 BODY = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
@@ -194,22 +194,8 @@ def test_a_request_with_the_turn_off_is_handed_over_at_once_and_timed_apart(
 
     gateway.app = reached
 
-    def receiver() -> Receive:
-        given = [{"type": "http.request", "body": BODY, "more_body": False}]
-
-        async def receive() -> Message:
-            if given:
-                return given.pop()
-            await asyncio.sleep(3600)
-            return {"type": "http.disconnect"}
-
-        return receive
-
-    async def send(message: Message) -> None:
-        pass
-
     async def two(**more: str) -> None:
-        await asyncio.gather(*(gateway(_headers(**more), receiver(), send) for _ in "ab"))
+        await asyncio.gather(*(gateway(_headers(**more), staying(BODY), dropped) for _ in "ab"))
 
     asyncio.run(two(x_bench_turn="off"))
     assert order == ["prepared", "handler", "prepared", "handler"]

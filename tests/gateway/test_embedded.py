@@ -58,20 +58,30 @@ class Inner:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def _call(gateway: EmbeddedGateway, scope: dict[str, Any], body: bytes = b"") -> list[Message]:
-    sent: list[Message] = []
-    incoming: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+def staying(body: bytes) -> Receive:
+    """A client's `receive`: the body in one message, then a client that stays."""
+    given: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive() -> Message:
-        if incoming:
-            return incoming.pop(0)
+        if given:
+            return given.pop()
         await asyncio.sleep(3600)
         return {"type": "http.disconnect"}
+
+    return receive
+
+
+async def dropped(message: Message) -> None:
+    """A client's `send` whose messages no test looks at."""
+
+
+def _call(gateway: EmbeddedGateway, scope: dict[str, Any], body: bytes = b"") -> list[Message]:
+    sent: list[Message] = []
 
     async def send(message: Message) -> None:
         sent.append(message)
 
-    asyncio.run(gateway(scope, receive, send))
+    asyncio.run(gateway(scope, staying(body), send))
     return sent
 
 
@@ -401,23 +411,12 @@ def test_a_request_whose_client_left_in_the_queue_is_compared_too(
     def request(prompt: str) -> tuple[dict[str, Any], Receive]:
         messages = [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}]
         body = json.dumps({"model": "tiny", "messages": messages}).encode()
-        given = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def receive() -> Message:
-            if given:
-                return given.pop()
-            await asyncio.sleep(3600)
-            return {"type": "http.disconnect"}
-
-        return _http(**headers), receive
-
-    async def send(message: Message) -> None:
-        pass
+        return _http(**headers), staying(body)
 
     async def run() -> None:
-        first = asyncio.create_task(gateway(*request("You are A."), send))
+        first = asyncio.create_task(gateway(*request("You are A."), dropped))
         await asyncio.sleep(0.05)  # A holds the one slot
-        second = asyncio.create_task(gateway(*request("You are B."), send))
+        second = asyncio.create_task(gateway(*request("You are B."), dropped))
         await asyncio.sleep(0.05)  # B waits in the queue
         second.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -454,23 +453,12 @@ def test_a_burst_is_prepared_before_any_of_it_is_handed_to_vllm(
     gateway = EmbeddedGateway(Noting(), make_settings(), registry)
     headers = {"authorization": f"Bearer {ALICE_KEY}"}
 
-    def receiver(text: str) -> Receive:
-        body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": text}]})
-        given = [{"type": "http.request", "body": body.encode(), "more_body": False}]
-
-        async def receive() -> Message:
-            if given:
-                return given.pop()
-            await asyncio.sleep(3600)
-            return {"type": "http.disconnect"}
-
-        return receive
-
-    async def send(message: Message) -> None:
-        pass
+    def body(text: str) -> bytes:
+        messages = [{"role": "user", "content": text}]
+        return json.dumps({"model": "tiny", "messages": messages}).encode()
 
     async def burst() -> None:  # tasks made together start in the same turn, in order
-        await asyncio.gather(*(gateway(_http(**headers), receiver(t), send) for t in "abc"))
+        await asyncio.gather(*(gateway(_http(**headers), staying(body(t)), dropped) for t in "abc"))
 
     asyncio.run(asyncio.wait_for(burst(), 10))
     # All three held a slot when the first reached vLLM; each one's end frees its slot.
