@@ -243,28 +243,30 @@ def _embedded_own_us(url: str) -> float | None:
     before the handover, on vLLM's loop during the run (printed, and that of the
     `embedded-unturned` requests when there were any; None when it timed none)."""
     answer = spinning_answer(url) or {}
-    own: float | None = None
-    for key, which in (("pre_forward_us", ""), ("pre_forward_unturned_us", ", unturned")):
-        figures = answer.get(key)
-        figures = figures if isinstance(figures, dict) else {}
-        mean, n = figures.get("mean"), figures.get("requests", 0)
-        if not isinstance(mean, int | float) or not n:
-            if not which:
-                print("the embedded gateway timed no request before the handover")
-            continue
-        dropped = figures.get("dropped")
-        print(
-            f"the embedded gateway's own CPU before the handover{which}, on vLLM's loop in "
-            f"this run: mean {mean:.1f} us, p50 {figures.get('p50')} us over {n} requests"
-            + (
-                f" ({dropped} not timed: the request waited and the loop ran other work meanwhile)"
-                if dropped is not None
-                else ""
-            )
-        )
-        if not which:
-            own = float(mean)
+    own = _print_timed(answer.get("pre_forward_us"), "")
+    if own is None:
+        print("the embedded gateway timed no request before the handover")
+    _print_timed(answer.get("pre_forward_unturned_us"), ", unturned")
     return own
+
+
+def _print_timed(figures: object, which: str) -> float | None:
+    """Print one kind of request's timing from the probe; its mean, None if none."""
+    if not isinstance(figures, dict):
+        return None
+    mean, n, dropped = figures.get("mean"), figures.get("requests", 0), figures.get("dropped")
+    if not isinstance(mean, int | float) or not n:
+        return None
+    untimed = (
+        ""
+        if dropped is None
+        else f" ({dropped} not timed: the request waited and the loop ran other work meanwhile)"
+    )
+    print(
+        f"the embedded gateway's own CPU before the handover{which}, on vLLM's loop in "
+        f"this run: mean {mean:.1f} us, p50 {figures.get('p50')} us over {n} requests{untimed}"
+    )
+    return float(mean)
 
 
 def _connector() -> aiohttp.TCPConnector:
