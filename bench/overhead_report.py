@@ -10,6 +10,7 @@ and `--pool` reads several such files back as one run.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -22,10 +23,13 @@ from bench.overhead_stats import (
     Burst,
     Estimate,
     Ratios,
+    across_runs,
     bootstrap,
     fitted_first_delay,
     fitted_ttft,
     pct,
+    server_cpu_more,
+    server_cpu_ratio,
 )
 
 DIRECT = "direct"
@@ -44,6 +48,9 @@ class Round:
     why: dict[str, int] = field(default_factory=dict)
     # Which of the saved runs `--pool` reports it came from (0 in a live run).
     run: int = 0
+    # CPU seconds the server process (`--server-pid`: vLLM's API server, all its
+    # threads) ran during the round; None when the run had no such process.
+    server_cpu_s: float | None = None
 
     def failed(self, reason: str) -> None:
         self.failures += 1
@@ -224,6 +231,38 @@ def print_burst(streams: int, results: dict[str, list[Round]]) -> None:
     )
 
 
+def print_server_cpu(streams: int, results: dict[str, list[Round]]) -> None:
+    """With `--server-pid` (vLLM's API server): the CPU that process ran per stream in
+    each path's rounds, and how much more than in the direct round beside it (mean of
+    paired rounds, 95 % interval), also as a ratio.  On the embedded gateway's path this
+    is all the gateway costs vLLM's API server (its work before the handover, its relay
+    of every event, the usage chunk it asks vLLM for, what its work does to vLLM's
+    caches), under the run's own load; `bench.embedded_cost` prices the gateway's code
+    alone in a hot loop.  Nothing when a round has no figure."""
+    if any(r.server_cpu_s is None for rounds in results.values() for r in rounds):
+        return
+    direct = [r.server_cpu_s or 0.0 for r in results[DIRECT]]
+    n, runs = len(direct), _runs(results[DIRECT])
+    print(
+        f"\nvLLM's API server CPU at {streams} streams (the process at --server-pid, all "
+        "its threads, per stream of each round; more than direct: mean of paired rounds, "
+        "95% interval)"
+    )
+    print(f"{'path':>16} {'us/stream':>10} {'more us':>9} {'95%':>17} {'x direct':>9} {'95%':>12}")
+    for name, rounds in results.items():
+        cpu = [r.server_cpu_s or 0.0 for r in rounds]
+        per_stream = sum(cpu) / len(cpu) / streams * 1e6 if cpu else float("nan")
+        more = f"{'':>9} {'':>17} {'':>9} {'':>12}"
+        if name != DIRECT:
+            d = bootstrap(n, server_cpu_more(cpu, direct, streams), runs=runs)
+            x = bootstrap(n, across_runs(server_cpu_ratio(cpu, direct), runs), runs=runs)
+            times = f"{'-':>9} {'-':>12}"  # no CPU in direct's rounds: no ratio
+            if not math.isnan(x.value):
+                times = f"{x.value:>9.3f} {f'{x.low:.3f}-{x.high:.3f}':>12}"
+            more = f"{d.value:>+9.0f} {f'{d.low:+.0f} to {d.high:+.0f}':>17} {times}"
+        print(f"{name:>16} {per_stream:>10.0f} {more}")
+
+
 def print_header() -> None:
     print(f"{'streams':>7} {'path':>12} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'tokens/s':>10}")
 
@@ -251,6 +290,7 @@ def report(table: dict[int, dict[str, list[Round]]], own_us: float | None = None
         print_targets(top, ratios[top])
         print_calibration(top, table[top], own_us)
         print_burst(top, table[top])
+        print_server_cpu(top, table[top])
 
 
 # ---- saved runs: --save writes every round, --pool reports several runs as one ----
@@ -275,6 +315,7 @@ def _round_of(saved: dict[str, Any]) -> Round:
         and isinstance(r.wall_s, numbers)
         and isinstance(r.why, dict)
         and all(isinstance(k, str) and isinstance(n, int) for k, n in r.why.items())
+        and (r.server_cpu_s is None or isinstance(r.server_cpu_s, numbers))
     ):
         raise ValueError(f"a round with fields of the wrong type: {saved!r:.200}")
     return r

@@ -139,6 +139,28 @@ def paired_rate(path: Sequence[RoundLike], direct: Sequence[RoundLike]) -> list[
     ]
 
 
+def server_cpu_more(path: Sequence[float], direct: Sequence[float], streams: int) -> Statistic:
+    """Mean over rounds of the server's CPU seconds in a round of `path` minus those in
+    the adjacent direct round, in µs per stream (rounds paired as they ran)."""
+
+    def stat(idx: Sequence[int]) -> float:
+        if not idx:
+            return float("nan")
+        more = sum(path[i] - direct[i] for i in idx)
+        return more / len(idx) / streams * 1e6
+
+    return stat
+
+
+def server_cpu_ratio(path: Sequence[float], direct: Sequence[float]) -> Statistic:
+    """The server's CPU in `path`'s rounds over that in direct's (the same rounds)."""
+
+    def stat(idx: Sequence[int]) -> float:
+        return _ratio(sum(path[i] for i in idx), sum(direct[i] for i in idx))
+
+    return stat
+
+
 def across_runs(statistic: Statistic, runs: Sequence[int] | None) -> Statistic:
     """`statistic` (a ratio) taken within each run, then combined: the geometric mean
     of the runs' ratios, each weighted by its rounds.  `runs` holds each round's run;

@@ -28,6 +28,17 @@ def run_queue_wait(pid: int) -> float:
     return total / 1e9
 
 
+def cpu_time(pid: int) -> float:
+    """Seconds all of `pid`'s threads have run on a CPU (0 when gone).  The threads that
+    ended meanwhile are no longer counted: for a server whose threads outlive its
+    requests (vLLM's API server: its loop and pools)."""
+    total = 0
+    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int(Path(path).read_text().split()[0])
+    return total / 1e9
+
+
 def _family(pid: int) -> list[int]:
     """`pid` and its descendants now (nginx's workers are its master's children)."""
     try:

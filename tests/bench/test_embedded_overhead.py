@@ -30,7 +30,8 @@ def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
     spinning path's first tokens 50-100 ms behind the embedded path's (a stall of
     vLLM in one round does not hide that), and the line through them slopes up; the
     burst's first token waits for both requests' spins.  `--unturned` adds the path
-    without the loop's turn before the handover, its work timed apart."""
+    without the loop's turn before the handover, its work timed apart.  Each round is
+    charged the CPU of vLLM's API server process, which sees the spin."""
     done = _run(
         "--concurrency", "2", "--rounds", "2", "--events", "8", "--spin", "50000", "--unturned"
     )
@@ -55,6 +56,12 @@ def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
     burst = re.search(r"^\s*embedded\+50000us\s+[\d.]+\s+[\d.]+\s+.+?\s+(\d+)\s+\d+%$", out, re.M)
     assert burst is not None and int(burst[1]) > 37500, out
     assert "the line through embedded, embedded+50000us" in out, out
+    # vLLM's API server is charged each round: the 50 ms spun per request on its loop is
+    # CPU that process ran, ~50,000 µs a stream more than the embedded path beside it.
+    cpu = out[out.index("vLLM's API server CPU") :]
+    per_stream = {m[1]: int(m[2]) for m in re.finditer(r"^\s*(\S+)\s+(\d+)", cpu, re.M)}
+    assert per_stream["direct"] > 0, cpu
+    assert 45000 < per_stream["embedded+50000us"] - per_stream["embedded"] < 60000, cpu
     left = [
         p.pid
         for p in psutil.process_iter(["cmdline"])
