@@ -30,6 +30,7 @@ from bench.overhead_stats import (
     pct,
     server_cpu_more,
     server_cpu_ratio,
+    weighted_geomean,
 )
 
 DIRECT = "direct"
@@ -67,10 +68,20 @@ class Summary:
 
     @classmethod
     def of(cls, runs: list[Round]) -> Summary:
-        ttft = [t for r in runs for t in r.ttft_s]
-        rate = sum(r.tokens for r in runs) / sum(r.wall_s for r in runs)
+        """The rounds' figures; of rounds from several saved runs (`--pool`), each figure
+        taken within its run and the runs combined as their ratios are (a geometric
+        mean weighted by rounds), so a pooled row's ratio to direct's is the pooled
+        ratio: the streams of runs whose vLLM ran at different speeds are never one set."""
         failures = sum(r.failures for r in runs)
-        return cls(pct(ttft, 0.5), pct(ttft, 0.99), rate, failures, runs)
+        groups: dict[int, list[Round]] = {}
+        for r in runs:
+            groups.setdefault(r.run, []).append(r)
+        figures = [_figures(rounds) for rounds in groups.values()]
+        weights = [len(rounds) for rounds in groups.values()]
+        p50, p99, rate = figures[0]
+        if len(figures) > 1:
+            p50, p99, rate = (weighted_geomean([f[k] for f in figures], weights) for k in range(3))
+        return cls(p50, p99, rate, failures, runs)
 
     def why(self) -> str:
         """The failures by reason, most frequent first ("?" for rounds saved without)."""
@@ -84,6 +95,13 @@ class Summary:
         return ", ".join(
             f"{n} {reason}" for reason, n in sorted(counts.items(), key=lambda kv: -kv[1])
         )
+
+
+def _figures(rounds: list[Round]) -> tuple[float, float, float]:
+    """TTFT p50 and p99 over the rounds' streams, and their aggregate tokens/s."""
+    ttft = [t for r in rounds for t in r.ttft_s]
+    rate = sum(r.tokens for r in rounds) / sum(r.wall_s for r in rounds)
+    return pct(ttft, 0.5), pct(ttft, 0.99), rate
 
 
 def _print_row(streams: int, name: str, s: Summary) -> None:

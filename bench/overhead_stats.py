@@ -173,15 +173,21 @@ def across_runs(statistic: Statistic, runs: Sequence[int] | None) -> Statistic:
         groups: dict[int, list[int]] = {}
         for i in idx:
             groups.setdefault(labels[i], []).append(i)
-        total = 0.0
-        for members in groups.values():
-            value = statistic(members)
-            if math.isnan(value) or value <= 0:
-                return float("nan")
-            total += len(members) * math.log(value)
-        return math.exp(total / len(idx)) if idx else float("nan")
+        members = list(groups.values())
+        return weighted_geomean([statistic(m) for m in members], [len(m) for m in members])
 
     return stat
+
+
+def weighted_geomean(values: Sequence[float], weights: Sequence[int]) -> float:
+    """exp(sum(w log v) / sum(w)); NaN when a value is NaN or not positive, or no weight."""
+    total, weight = 0.0, 0
+    for value, w in zip(values, weights, strict=True):
+        if math.isnan(value) or value <= 0:
+            return float("nan")
+        total += w * math.log(value)
+        weight += w
+    return math.exp(total / weight) if weight else float("nan")
 
 
 def bootstrap(

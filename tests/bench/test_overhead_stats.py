@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.overhead_report import Round, load_rounds
+from bench.overhead_report import Round, load_rounds, print_level
 from bench.overhead_stats import (
     TOKENS_PER_S,
     TTFT_P50,
@@ -241,3 +241,33 @@ def test_pooled_rounds_carry_the_run_they_came_from(tmp_path: Path) -> None:
     table = load_rounds(files)
     assert [r.run for r in table[32]["direct"]] == [0, 0, 1]
     assert [r.run for r in table[32]["gateway"]] == [0, 0, 1]
+
+
+def test_a_pooled_row_is_its_runs_figures_combined_as_the_ratios_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two runs whose vLLM ran at different speeds: direct's TTFT 40 ms in one, 160 in
+    the other.  A pooled row's figure is the runs' geometric mean weighted by rounds (80
+    ms), not a quantile of both runs' streams in one set, so the rows' ratio is the pooled
+    ratio printed under them (1.05 here, though the set of all streams would say
+    otherwise)."""
+
+    def rounds(ttft_s: float, run: int, rate: float) -> list[Round]:
+        return [
+            Round(ttft_s=[ttft_s] * 31 + [ttft_s * 1.01], tokens=2048, wall_s=2048 / rate, run=run)
+            for _ in range(4)
+        ]
+
+    direct = rounds(0.040, 0, 1000.0) + rounds(0.160, 1, 4000.0)
+    gateway = rounds(0.042, 0, 950.0) + rounds(0.168, 1, 3800.0)
+    ratios = print_level(32, {"direct": direct, "gateway": gateway})
+    rows = {
+        line.split()[1]: [float(v) for v in line.split()[2:5]]
+        for line in capsys.readouterr().out.splitlines()
+        if line.split()[:1] == ["32"] and "pair" not in line
+    }
+    assert rows["direct"] == [80.0, pytest.approx(80.8, abs=0.05), 2000.0]
+    assert rows["gateway"] == [84.0, pytest.approx(84.8, abs=0.05), 1900.0]
+    assert rows["gateway/d"][0] == pytest.approx(1.05, abs=5e-4)
+    assert ratios["gateway"].ttft_p50.value == pytest.approx(84.0 / 80.0)
+    assert ratios["gateway"].tokens_per_s.value == pytest.approx(0.95)
