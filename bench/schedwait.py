@@ -21,21 +21,23 @@ STARVED_SHARE = 0.10
 
 def run_queue_wait(pid: int) -> float:
     """Seconds all of `pid`'s threads have spent runnable but not running (0 when gone)."""
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            total += int(Path(path).read_text().split()[1])
-    return total / 1e9
+    return _schedstat(pid, 1)
 
 
 def cpu_time(pid: int) -> float:
     """Seconds all of `pid`'s threads have run on a CPU (0 when gone).  The threads that
     ended meanwhile are no longer counted: for a server whose threads outlive its
     requests (vLLM's API server: its loop and pools)."""
+    return _schedstat(pid, 0)
+
+
+def _schedstat(pid: int, field: int) -> float:
+    """A field of /proc/PID/task/*/schedstat (ns: 0 on a CPU, 1 waiting for one), summed
+    over the threads, in seconds."""
     total = 0
     for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            total += int(Path(path).read_text().split()[0])
+            total += int(Path(path).read_text().split()[field])
     return total / 1e9
 
 

@@ -31,9 +31,19 @@ def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
     vLLM in one round does not hide that), and the line through them slopes up; the
     burst's first token waits for both requests' spins.  `--unturned` adds the path
     without the loop's turn before the handover, its work timed apart.  Each round is
-    charged the CPU of vLLM's API server process, which sees the spin."""
+    charged the CPU of vLLM's API server process, which sees the spin; `--additions` races
+    vLLM sent what the gateway adds, round the gateway."""
     done = _run(
-        "--concurrency", "2", "--rounds", "2", "--events", "8", "--spin", "50000", "--unturned"
+        "--concurrency",
+        "2",
+        "--rounds",
+        "2",
+        "--events",
+        "8",
+        "--spin",
+        "50000",
+        "--unturned",
+        "--additions",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
@@ -62,6 +72,7 @@ def test_races_the_embedded_gateway_against_the_same_vllm() -> None:
     per_stream = {m[1]: int(m[2]) for m in re.finditer(r"^\s*(\S+)\s+(\d+)", cpu, re.M)}
     assert per_stream["direct"] > 0, cpu
     assert 45000 < per_stream["embedded+50000us"] - per_stream["embedded"] < 60000, cpu
+    assert per_stream["direct+additions"] > 0, cpu  # vLLM sent the gateway's additions
     left = [
         p.pid
         for p in psutil.process_iter(["cmdline"])

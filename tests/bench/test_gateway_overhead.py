@@ -3,6 +3,8 @@ a real `python -m gateway`, and its paired ratios are computed round by round.""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import shutil
@@ -14,15 +16,22 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
+from bench.gateway_overhead import stream_body
 from bench.launcher import free_port
 from bench.overhead_report import Round, Summary
 from bench.overhead_stats import Ratios
 from bench.proxies import nginx_conf, start_gateway, wait_ready
+from gateway.app import preparer_of
+from gateway.embedded import load_embedded_settings
+from gateway.metrics import GatewayMetrics
 from tests.bench.overhead_cli import run_overhead
 
 CPU_RUN = ("--rounds", "20", "--concurrency", "8")
 SMALL_RUN = ("--rounds", "2", "--concurrency", "1,4", "--events", "8", "--gap-ms", "2")
+
+CHAT = "/v1/chat/completions"
 
 
 def test_paired_ratio_ignores_a_stall_that_pooled_figures_take() -> None:
@@ -156,6 +165,7 @@ def test_embedded_bypass_options_are_checked_before_anything_starts() -> None:
         ),
         (("--api-key", "sk-a"), "--api-key is for the embedded path"),
         (("--unturned",), "--unturned races the embedded gateway without its loop turn"),
+        (("--additions",), "--additions sends vLLM what the embedded gateway adds"),
         (
             ("--vllm-url", "http://127.0.0.1:9", "--embedded-bypass", "a b;"),
             "the token may hold only letters, digits",
@@ -171,3 +181,28 @@ def test_nginx_sends_the_bypass_header_upstream(tmp_path: Path) -> None:
     conf = nginx_conf(str(tmp_path), "http://127.0.0.1:18555", 18580, {"x-sparkserve-bypass": "t"})
     assert "proxy_set_header x-sparkserve-bypass t;" in conf
     assert "x-sparkserve" not in nginx_conf(str(tmp_path), "http://127.0.0.1:18555", 18580)
+
+
+def test_the_additions_body_is_what_the_gateway_hands_vllm(tmp_path: Path) -> None:
+    """`--additions` sends vLLM, round the gateway, the bench's request as the embedded
+    gateway hands it over: the same fields and values but for the tenant's salt, whose
+    form (64 hex digits) is the gateway's."""
+    plain = stream_body("tiny", 64)
+    added = json.loads(stream_body("tiny", 64, additions=True))
+    settings = load_embedded_settings(
+        api_keys="bench:sk-bench", salt_secret="s" * 32, state_dir=tmp_path
+    )
+    preparer = preparer_of(settings, GatewayMetrics.create(CollectorRegistry()), embedded=True)
+    headers = [(b"authorization", b"Bearer sk-bench"), (b"content-type", b"application/json")]
+    scope = {"type": "http", "method": "POST", "path": CHAT, "headers": headers}
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": plain, "more_body": False}
+
+    forward = asyncio.run(preparer.prepare(CHAT, scope, receive))
+    assert forward.body is not None
+    handed = json.loads(forward.body)
+    assert re.fullmatch(r"[0-9a-f]{64}", handed["cache_salt"])
+    assert re.fullmatch(r"[0-9a-f]{64}", added["cache_salt"])
+    assert added | {"cache_salt": ""} == handed | {"cache_salt": ""}
+    assert added.keys() - json.loads(plain).keys() == {"cache_salt", "stream_options"}
