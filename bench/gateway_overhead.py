@@ -226,7 +226,7 @@ async def _measure(
     table: dict[int, dict[str, list[Round]]] = {}
     ratios: dict[int, dict[str, Ratios]] = {}
     try:
-        print_header()
+        print_header(list(urls))
         for streams in levels:
             table[streams] = await _measure_level(
                 sessions, urls, streams, rounds, body, tokens, server_pid, bodies

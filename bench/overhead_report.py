@@ -104,31 +104,36 @@ def _figures(rounds: list[Round]) -> tuple[float, float, float]:
     return pct(ttft, 0.5), pct(ttft, 0.99), rate
 
 
-def _print_row(streams: int, name: str, s: Summary) -> None:
+def _path_width(names: Sequence[str]) -> int:
+    """The width of the path column: its longest ratio row (`NAME/d pair`) fits."""
+    return max([12, *(len(name) + len("/d pair") for name in names)])
+
+
+def _print_row(streams: int, name: str, s: Summary, width: int = 12) -> None:
     fails = f" {s.failures} failed ({s.why()})" if s.failures else ""
     print(
-        f"{streams:>7} {name:>12} {s.ttft_p50_s * 1000:>12.1f} {s.ttft_p99_s * 1000:>12.1f} "
-        f"{s.tokens_per_s:>10.0f}{fails}"
+        f"{streams:>7} {name:>{width}} {s.ttft_p50_s * 1000:>12.1f} "
+        f"{s.ttft_p99_s * 1000:>12.1f} {s.tokens_per_s:>10.0f}{fails}"
     )
 
 
-def _print_ratio(streams: int, name: str, g: Summary, d: Summary) -> Ratios:
+def _print_ratio(streams: int, name: str, g: Summary, d: Summary, width: int = 12) -> Ratios:
     """The ratio rows, and under them their 95 % bootstrap intervals over rounds."""
     r = Ratios.of(g.runs, d.runs, runs=_runs(d.runs))
     print(
-        f"{streams:>7} {name + '/d':>12} {r.ttft_p50.value:>12.3f} "
+        f"{streams:>7} {name + '/d':>{width}} {r.ttft_p50.value:>12.3f} "
         f"{r.ttft_p99.value:>12.3f} {r.tokens_per_s.value:>10.3f}"
     )
     print(
-        f"{streams:>7} {name + '/d pair':>12} {r.paired_ttft_p50.value:>12.3f} {'':>12} "
+        f"{streams:>7} {name + '/d pair':>{width}} {r.paired_ttft_p50.value:>12.3f} {'':>12} "
         f"{r.paired_tokens_per_s.value:>10.3f}"
     )
     print(
-        f"{'':>7} {'95% /d':>12} {_span(r.ttft_p50):>12} {_span(r.ttft_p99):>12} "
+        f"{'':>7} {'95% /d':>{width}} {_span(r.ttft_p50):>12} {_span(r.ttft_p99):>12} "
         f"{_span(r.tokens_per_s):>10}"
     )
     print(
-        f"{'':>7} {'95% pair':>12} {_span(r.paired_ttft_p50):>12} {'':>12} "
+        f"{'':>7} {'95% pair':>{width}} {_span(r.paired_ttft_p50):>12} {'':>12} "
         f"{_span(r.paired_tokens_per_s):>10}"
     )
     return r
@@ -151,10 +156,11 @@ def print_targets(streams: int, ratios: dict[str, Ratios]) -> None:
         f"\ntargets at {streams} streams (issue 6, for the real vLLM at 32): a verdict "
         "needs the whole 95% interval on one side"
     )
+    width = max([12, *map(len, ratios)])
     for name, r in ratios.items():
         for target, verdict, pooled, pair in r.verdicts():
             also = f"; paired {pair} {target.verdict(pair)}" if pair is not None else ""
-            print(f"  {name:>12} {target!s:<17} {verdict:<10} pooled {pooled}{also}")
+            print(f"  {name:>{width}} {target!s:<17} {verdict:<10} pooled {pooled}{also}")
 
 
 SPIN_NAME = re.compile(r"(gw|embedded)\+(\d+)us")
@@ -281,16 +287,21 @@ def print_server_cpu(streams: int, results: dict[str, list[Round]]) -> None:
         print(f"{name:>16} {per_stream:>10.0f} {more}")
 
 
-def print_header() -> None:
-    print(f"{'streams':>7} {'path':>12} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'tokens/s':>10}")
+def print_header(names: Sequence[str] = ()) -> None:
+    """The table's head, its path column as wide as `names` (the paths) need."""
+    width = _path_width(names)
+    print(
+        f"{'streams':>7} {'path':>{width}} {'ttft p50 ms':>12} {'ttft p99 ms':>12} {'tokens/s':>10}"
+    )
 
 
 def print_level(streams: int, results: dict[str, list[Round]]) -> dict[str, Ratios]:
     summary = {name: Summary.of(runs) for name, runs in results.items()}
+    width = _path_width(list(results))
     for name, s in summary.items():
-        _print_row(streams, name, s)
+        _print_row(streams, name, s, width)
     return {
-        name: _print_ratio(streams, name, s, summary[DIRECT])
+        name: _print_ratio(streams, name, s, summary[DIRECT], width)
         for name, s in summary.items()
         if name != DIRECT
     }
@@ -301,7 +312,7 @@ def report(table: dict[int, dict[str, list[Round]]], own_us: float | None = None
     the highest concurrency."""
     rounds = {streams: len(results[DIRECT]) for streams, results in table.items()}
     print("rounds per path: " + ", ".join(f"{n} at {s} streams" for s, n in rounds.items()))
-    print_header()
+    print_header([name for results in table.values() for name in results])
     ratios = {streams: print_level(streams, results) for streams, results in table.items()}
     if ratios:
         top = max(ratios)
