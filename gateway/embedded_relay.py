@@ -9,6 +9,7 @@ as the standalone gateway's relay does for a proxied response (gateway/proxy.py)
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from starlette.types import Message, Send
@@ -16,7 +17,7 @@ from starlette.types import Message, Send
 from gateway.fastroutes import RequestCount
 from gateway.metrics import GatewayMetrics
 from gateway.proxy import Forward, record_finish, usage_of
-from gateway.sse import EventSplitter, StreamObserver
+from gateway.sse import DONE_EVENT, EventSplitter, StreamObserver
 
 
 class Relay:
@@ -55,10 +56,27 @@ class Relay:
             observer = self._observer
             if observer is not None and self._splitter is None and message.get("more_body", False):
                 chunk: bytes = message.get("body", b"")
-                if _one_event(chunk):
-                    # The hot path (every token event, on vLLM's loop): one whole event, as
-                    # vLLM writes each, is noted and passes as it is; the usage chunk the
-                    # gateway asked for is noted and dropped.
+                if (  # one whole event, as vLLM writes each (`_one_event`, inlined)
+                    chunk.startswith(b"data:")
+                    and chunk.find(b"\n\n") == len(chunk) - 2
+                    and b"\r" not in chunk
+                ):
+                    # The hot path, every token event on vLLM's loop: `observer.observe`'s
+                    # timing of a token event inlined, which takes ~1.7 µs (~14 %) off what
+                    # the gateway costs vLLM's API server per event under load
+                    # (docs/gateway.md, "eleventh look"); its test holds the two to the same
+                    # figures.  The usage chunk the gateway asked for, [DONE] and anything
+                    # else go through `observe`.
+                    if b'"usage"' not in chunk and not chunk.startswith(DONE_EVENT):
+                        now = time.monotonic()
+                        last = observer.last_event_at
+                        if last is None:
+                            observer.first_event_at = now
+                        else:
+                            observer.on_gap(now - last)
+                        observer.last_event_at = now
+                        await self._send(message)
+                        return
                     if observer.observe(chunk):
                         await self._send(message)
                     return

@@ -16,7 +16,8 @@ from typing import Any
 from gateway.jsoncodec import loads_or_none
 
 _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
-_DONE = b"data: [DONE]"
+# The event that ends an OpenAI stream (as vLLM writes it).
+DONE_EVENT = b"data: [DONE]"
 
 
 class EventSplitter:
@@ -69,7 +70,7 @@ def plain_events(chunk: bytes) -> bool:
         and chunk.endswith(b"\n\n")
         and b"\r" not in chunk
         and b'"usage"' not in chunk
-        and _DONE not in chunk
+        and DONE_EVENT not in chunk
     )
 
 
@@ -93,7 +94,7 @@ class StreamObserver:
 
     def observe(self, event: bytes) -> bool:
         """Record `event`; return True when it must be forwarded to the client."""
-        if not event.startswith(b"data:") or event.startswith(_DONE):
+        if not event.startswith(b"data:") or event.startswith(DONE_EVENT):
             return True
         if b'"usage"' in event and self._note_usage(event):
             return not self.drop_usage
