@@ -104,8 +104,9 @@ BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded.py
 
 def stream_body(model: str, max_tokens: int, additions: bool = False) -> bytes:
     """The bench's request: a short streamed chat of exactly `max_tokens` tokens; with
-    `additions`, what the gateway adds to it before vLLM sees it (a tenant's cache salt,
-    an HMAC-SHA256 in hex as the gateway's, and the usage request, gateway/prepare.py)."""
+    `additions`, what the gateway adds to it before vLLM sees it: a tenant's cache salt
+    in the gateway's form (64 hex digits; gateway/tenancy.py's is an HMAC-SHA256) and
+    the usage request (gateway/prepare.py's `request_usage`)."""
     body: dict[str, Any] = {
         "model": model,
         "stream": True,
@@ -252,18 +253,11 @@ def spinning_answer(url: str) -> dict[str, Any] | None:
     return figures
 
 
-def spinning_figures(url: str) -> dict[str, Any] | None:
-    """The spinning embedded gateway's timing of the requests that took the loop's turn
-    (`pre_forward_us`), or None when that vLLM does not run it."""
-    pre = (spinning_answer(url) or {}).get("pre_forward_us")
-    return pre if isinstance(pre, dict) else None
-
-
 def _check_spinning_vllm(url: str) -> None:
     """`--spin` or `--unturned` with `--embedded-bypass`: the vLLM must run the
     calibration class, or its headers would be ignored (the calibration line flat, the
     unturned path the embedded one)."""
-    if spinning_figures(url) is None:
+    if spinning_answer(url) is None:
         raise SystemExit(
             f"--spin/--unturned with --embedded-bypass: {url} does not run the spinning "
             f"embedded gateway (GET {PROBE_PATH} did not answer as it does).  Start vLLM with "
