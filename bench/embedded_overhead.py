@@ -78,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     return run_interruptible("embedded_overhead", lambda: _run(args))
 
 
+def bench_args(url: str, token: str, server_pid: int, args: list[str]) -> list[str]:
+    """`bench.gateway_overhead`'s arguments: the user's, and the ones this command owns."""
+    # "=" form: a urlsafe token can start with "-", which argparse takes for a flag.
+    return ["--vllm-url", url, f"--embedded-bypass={token}", *args, "--server-pid", str(server_pid)]
+
+
 def _run(args: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="embedded-overhead-") as tmp:
         work = Path(tmp)
@@ -109,11 +115,9 @@ def _run(args: list[str]) -> int:
                 raise
             # A process of its own: this one holds the tiny model writer's imports (and
             # their threads), which the client's CPU-wait figure would count.
-            bench = [sys.executable, "-m", "bench.gateway_overhead"]
-            bench += ["--vllm-url", url, "--embedded-bypass", token, *args]
             # The API server is the process started here (vLLM's engine core is a child).
-            bench += ["--server-pid", str(vllm.pid)]
-            child = subprocess.Popen(bench)
+            bench = [sys.executable, "-m", "bench.gateway_overhead"]
+            child = subprocess.Popen(bench + bench_args(url, token, vllm.pid, args))
             try:
                 return child.wait()
             finally:  # interrupted: the bench stops before the vLLM it measures

@@ -180,7 +180,8 @@ SERVING_OPTIONS: tuple[Option, ...] = (
         "api_key",
         parsers.text,
         None,
-        "API key vLLM requires on /v1 (never logged).",
+        "API key vLLM requires on /v1; given to vLLM as VLLM_API_KEY, not on its command "
+        "line (never logged).",
         "KEY",
         secret=True,
     ),

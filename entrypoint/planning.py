@@ -19,8 +19,11 @@ from entrypoint.hardware import Machine
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 WEIGHTS_PLACEHOLDER = "<SPARKSERVE_WEIGHTS>"
-SECRET_FLAGS = ("--api-key",)
-SECRET_ENV = (BYPASS_ENV,)
+SECRET_FLAGS = ("--api-key",)  # in SPARKSERVE_VLLM_EXTRA_ARGS, if a user puts it there
+# vLLM reads its key from VLLM_API_KEY when --api-key is absent: there the key stays out of
+# `ps` and /proc/PID/cmdline, and a key that starts with "-" is not taken for a flag.
+API_KEY_ENV = "VLLM_API_KEY"
+SECRET_ENV = (BYPASS_ENV, API_KEY_ENV)
 # Where each compile cache goes under SPARKSERVE_CACHE_DIR (env var read by the child).
 CACHE_ENV = {
     "VLLM_CACHE_ROOT": "vllm",
@@ -112,9 +115,12 @@ def _model_args(config: EntrypointConfig, plan: Plan) -> list[str]:
 
 def _serving_args(config: EntrypointConfig) -> list[str]:
     args = ["--host", config.host, "--port", str(config.port)]
-    if config.api_key:
-        args += ["--api-key", config.api_key]
     return args + middleware_args(config)
+
+
+def api_key_env(config: EntrypointConfig) -> dict[str, str]:
+    """SPARKSERVE_API_KEY for vLLM, in its own variable rather than on its command line."""
+    return {API_KEY_ENV: config.api_key} if config.api_key else {}
 
 
 def interconnect_env(config: EntrypointConfig) -> dict[str, str]:
@@ -138,5 +144,10 @@ def build_launch(config: EntrypointConfig, plan: Plan, console_script: str | Non
         prefix=launcher_prefix(console_script),
         planned_args=planned,
         extra_args=config.vllm_extra_args,
-        env={**cache_env(config.cache_dir), **interconnect_env(config), **bypass_env(config)},
+        env={
+            **cache_env(config.cache_dir),
+            **interconnect_env(config),
+            **bypass_env(config),
+            **api_key_env(config),
+        },
     )

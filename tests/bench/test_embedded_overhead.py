@@ -3,12 +3,15 @@ gateway inside it, raced with and without it, as a user runs it."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
 import psutil
 import pytest
 
+from bench.embedded_overhead import bench_args
+from bench.gateway_overhead import _parse_args
 from tests.bench.overhead_cli import run_module
 
 
@@ -20,6 +23,15 @@ def test_what_it_sets_itself_is_refused_clearly() -> None:
     done = _run("--vllm-url", "http://127.0.0.1:9", timeout=60)
     assert done.returncode != 0 and "starts its own vLLM" in done.stderr
     assert "drop --vllm-url" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_bypass_token_that_starts_with_a_dash_still_parses() -> None:
+    """`secrets.token_urlsafe` starts one token in 64 with "-" (CI once drew one): it must
+    reach the bench as the token, not as an unknown flag."""
+    token = "-Xy_" + "a" * 28
+    pid = os.getpid()  # --server-pid must name a running process
+    args = _parse_args(bench_args("http://127.0.0.1:9", token, pid, ["--rounds", "2"]))
+    assert (args.embedded_bypass, args.server_pid, args.rounds) == (token, pid, 2)
 
 
 @pytest.mark.vllm

