@@ -15,6 +15,7 @@ from budget.options import CUDAGRAPH_MODES, DEFAULT_MODEL, DEVICES, KV_CACHE_DTY
 from entrypoint import parsers
 from entrypoint.cluster_options import cluster_options
 from entrypoint.errors import ConfigError
+from entrypoint.vllm_flags import flag_name
 
 ENV_PREFIX = "SPARKSERVE_"
 WEIGHTS_DTYPES = ("bf16", "fp8", "nvfp4", "int4")
@@ -315,7 +316,26 @@ def load_config(
             values[option.field] = option.read(environ.get(option.env), option.env)
     config = EntrypointConfig(**values)
     check_consistency(config)
+    check_key_sources(config, environ)
     return config
+
+
+def check_key_sources(config: EntrypointConfig, environ: Mapping[str, str]) -> None:
+    """vLLM takes a key from `--api-key` or VLLM_API_KEY too; one the entrypoint does not
+    know would fail its warm-up with a 401 minutes later, after the model has loaded."""
+    stray = environ.get("VLLM_API_KEY")
+    if stray and stray != config.api_key:
+        raise ConfigError(
+            "VLLM_API_KEY is set in the entrypoint's environment: vLLM would demand that "
+            "key on /v1, and the entrypoint's warm-up would not send it; put the key in "
+            "SPARKSERVE_API_KEY (given to vLLM as VLLM_API_KEY) and unset VLLM_API_KEY"
+        )
+    if any(flag_name(word) == "--api-key" for word in config.vllm_extra_args):
+        raise ConfigError(
+            "SPARKSERVE_VLLM_EXTRA_ARGS has --api-key: the entrypoint's warm-up would not "
+            "send that key, and vLLM's command line would show it to anyone running ps; "
+            "put the key in SPARKSERVE_API_KEY instead"
+        )
 
 
 def check_consistency(config: EntrypointConfig) -> None:

@@ -19,7 +19,7 @@ from entrypoint.hardware import Machine
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 WEIGHTS_PLACEHOLDER = "<SPARKSERVE_WEIGHTS>"
-SECRET_FLAGS = ("--api-key",)  # in SPARKSERVE_VLLM_EXTRA_ARGS, if a user puts it there
+SECRET_FLAGS = ("--api-key",)  # refused in SPARKSERVE_VLLM_EXTRA_ARGS; masked all the same
 # vLLM reads its key from VLLM_API_KEY when --api-key is absent: there the key stays out of
 # `ps` and /proc/PID/cmdline, and a key that starts with "-" is not taken for a flag.
 API_KEY_ENV = "VLLM_API_KEY"

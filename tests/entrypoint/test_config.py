@@ -94,3 +94,31 @@ def test_ports_must_differ():
 )
 def test_human_int_mirrors_vllm(raw, value):
     assert parsers.human_int(raw) == value
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"VLLM_API_KEY": "sk-v"}, "VLLM_API_KEY is set in the entrypoint's environment"),
+        (
+            {"VLLM_API_KEY": "sk-v", "SPARKSERVE_API_KEY": "sk-s"},
+            "put the key in SPARKSERVE_API_KEY",
+        ),
+        (
+            {"SPARKSERVE_VLLM_EXTRA_ARGS": "--enforce-eager --api-key sk-x"},
+            "SPARKSERVE_VLLM_EXTRA_ARGS has --api-key",
+        ),
+        ({"SPARKSERVE_VLLM_EXTRA_ARGS": "--api_key=sk-x"}, "has --api-key"),
+    ],
+)
+def test_a_key_vllm_would_take_from_elsewhere_is_refused_before_the_start(env, message):
+    """vLLM also reads VLLM_API_KEY and --api-key; a key the warm-up does not send would
+    fail it with a 401 only once the model has loaded."""
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_config(env)
+    assert caught.value.exit_code == EXIT_BAD_CONFIG and "sk-" not in str(caught.value)
+
+
+def test_the_same_key_in_both_places_is_fine():
+    config = load_config({"VLLM_API_KEY": "sk-same", "SPARKSERVE_API_KEY": "sk-same"})
+    assert config.api_key == "sk-same"
