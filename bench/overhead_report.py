@@ -12,22 +12,29 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from bench.overhead_stats import (
+    TOKENS_PER_S,
     TTFT_P50,
+    TTFT_P99,
     WAVE_GAP_S,
     Burst,
     Estimate,
     Ratios,
+    Statistic,
+    Target,
     across_runs,
+    between_runs,
     bootstrap,
     fitted_first_delay,
     fitted_ttft,
     pct,
+    pooled_rate,
+    pooled_ttft,
     server_cpu_more,
     server_cpu_ratio,
     weighted_geomean,
@@ -287,6 +294,67 @@ def print_server_cpu(streams: int, results: dict[str, list[Round]]) -> None:
         print(f"{name:>16} {per_stream:>10.0f} {more}")
 
 
+def print_between_runs(streams: int, results: dict[str, list[Round]]) -> None:
+    """Under `--pool`: each path's ratios run by run (each against its own direct rounds,
+    95 % bootstrap within the run), then the runs read as draws of their own
+    (`between_runs`: Cochran's Q, I², the between-run deviation, and a random-effects
+    ratio with its Hartung-Knapp interval and verdict).  The pool by run above treats
+    the runs as fixed and resamples only rounds; where the runs scatter more than their
+    rounds explain, this interval is the wider one, and the one a verdict should carry.
+    Nothing for one run."""
+    direct = results[DIRECT]
+    labels = _runs(direct)
+    if labels is None:
+        return
+    groups: dict[int, list[int]] = {}
+    for i, run in enumerate(labels):
+        groups.setdefault(run, []).append(i)
+    statistics: list[tuple[Target, Callable[[list[Round], list[Round]], Statistic]]] = [
+        (TTFT_P50, lambda p, d: pooled_ttft(p, d, 0.5)),
+        (TTFT_P99, lambda p, d: pooled_ttft(p, d, 0.99)),
+        (TOKENS_PER_S, pooled_rate),
+    ]
+    print(
+        f"\nrun by run at {streams} streams (each run against its own direct rounds, "
+        "95% bootstrap within the run)"
+    )
+    width = _path_width(list(results))
+    print(
+        f"{'path':>{width}} {'run':>4} {'rounds':>6} "
+        + " ".join(f"{target.name + ' x':>20}" for target, _ in statistics)
+    )
+    found: dict[str, list[list[Estimate]]] = {}
+    for name, rounds in results.items():
+        if name == DIRECT:
+            continue
+        columns: list[list[Estimate]] = [[] for _ in statistics]
+        for run, idx in sorted(groups.items()):
+            p, d = [rounds[i] for i in idx], [direct[i] for i in idx]
+            cells = []
+            for column, (_, build) in zip(columns, statistics, strict=True):
+                estimate = bootstrap(len(idx), build(p, d))
+                column.append(estimate)
+                cells.append(f"{estimate.value:.3f} [{estimate.low:.3f}-{estimate.high:.3f}]")
+            print(
+                f"{name:>{width}} {run + 1:>4} {len(idx):>6} " + " ".join(f"{c:>20}" for c in cells)
+            )
+        found[name] = columns
+    print(
+        "between runs (runs as draws: random effects, Hartung-Knapp 95%; Q on runs-1 "
+        "degrees of freedom, I2 the scatter beyond what rounds explain, tau between runs)"
+    )
+    for name, columns in found.items():
+        for (target, _), column in zip(statistics, columns, strict=True):
+            b = between_runs(column)
+            if b is None:
+                print(f"  {name:>{width}} {target!s:<17} (a run's interval has no width)")
+                continue
+            print(
+                f"  {name:>{width}} {target!s:<17} {target.verdict(b.pooled):<10} {b.pooled}"
+                f"; Q {b.q:.1f} on {b.runs - 1}, I2 {b.i2 * 100:.0f}%, tau {b.tau:.3f}"
+            )
+
+
 def print_header(names: Sequence[str] = ()) -> None:
     """The table's head, its path column as wide as `names` (the paths) need."""
     width = _path_width(names)
@@ -320,6 +388,7 @@ def report(table: dict[int, dict[str, list[Round]]], own_us: float | None = None
         print_calibration(top, table[top], own_us)
         print_burst(top, table[top])
         print_server_cpu(top, table[top])
+        print_between_runs(top, table[top])
 
 
 # ---- saved runs: --save writes every round, --pool reports several runs as one ----

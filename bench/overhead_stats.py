@@ -14,7 +14,9 @@ and the runs' ratios are combined (`across_runs`), resampling rounds within each
 A run's direct level moves from run to run on a shared VM (e.g. TTFT p50 73.5 ms in one
 run, 81.7 ms in the next), and the quantile of the streams of runs at different levels
 is not any run's: three runs whose TTFT p50 ratios were 1.047, 1.049 and 1.050, put
-together as one set of streams, gave 1.040 (docs/gateway.md, "tenth run").
+together as one set of streams, gave 1.040 (docs/gateway.md, "tenth run").  That
+pool holds the runs fixed; `between_runs` reads them as draws of their own (random
+effects), the interval to carry where runs scatter more than their rounds explain.
 
 A verdict against a target says `met` when the whole interval is within it,
 `missed` when the whole interval is outside, and `undecided` otherwise (more
@@ -396,3 +398,69 @@ def fitted_first_delay(
         return at_zero / slope if slope > 0 else float("nan")
 
     return stat
+
+
+# -- between runs: does the scatter of the runs' ratios exceed what their rounds explain --
+
+# Student's t, two-sided 95 % (0.975 quantile), by degrees of freedom; past the table the
+# normal's 1.960 (short by under 2 % from 31 degrees on).  tests/bench check each entry
+# against the t distribution's density, integrated.
+T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+Z975 = 1.959964
+
+
+def t975(df: int) -> float:
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    return T975[df - 1] if df <= len(T975) else Z975
+
+
+@dataclass(frozen=True)
+class BetweenRuns:
+    """A random-effects reading of several runs' ratios of one statistic.
+
+    `q` is Cochran's Q of the runs' log ratios (each weighted by its within-run
+    variance, read off its 95 % bootstrap interval); `i2` the share of their scatter
+    beyond what the rounds explain (0 when there is none); `tau` the between-run
+    standard deviation of the log ratio (DerSimonian-Laird).  `pooled` is the ratio
+    with runs as draws of their own: weights 1/(within + tau²), and a Hartung-Knapp
+    interval (t with runs − 1 degrees of freedom, never narrower than the weights
+    alone say).  With runs that agree it is close to the pool by run; where runs
+    scatter more than their rounds explain, it is the wider, honest one."""
+
+    runs: int
+    q: float
+    i2: float
+    tau: float
+    pooled: Estimate
+
+
+def between_runs(per_run: Sequence[Estimate]) -> BetweenRuns | None:
+    """None with fewer than two runs, or when a run's interval has no width (a ratio or
+    bound NaN or not positive, or low == high): its weight would be infinite."""
+    if len(per_run) < 2:
+        return None
+    ys, vs = [], []
+    for e in per_run:
+        bounds = (e.value, e.low, e.high)
+        if any(math.isnan(b) or b <= 0 for b in bounds) or e.high <= e.low:
+            return None
+        ys.append(math.log(e.value))
+        vs.append(((math.log(e.high) - math.log(e.low)) / (2 * Z975)) ** 2)
+    ws = [1 / v for v in vs]
+    fixed = sum(w * y for w, y in zip(ws, ys, strict=True)) / sum(ws)
+    q = sum(w * (y - fixed) ** 2 for w, y in zip(ws, ys, strict=True))
+    df = len(ys) - 1
+    scale = sum(ws) - sum(w * w for w in ws) / sum(ws)
+    tau2 = max(0.0, (q - df) / scale)
+    i2 = max(0.0, (q - df) / q) if q > 0 else 0.0
+    wr = [1 / (v + tau2) for v in vs]
+    mu = sum(w * y for w, y in zip(wr, ys, strict=True)) / sum(wr)
+    hk = sum(w * (y - mu) ** 2 for w, y in zip(wr, ys, strict=True)) / (df * sum(wr))
+    half = t975(df) * math.sqrt(max(hk, 1 / sum(wr)))
+    pooled = Estimate(math.exp(mu), math.exp(mu - half), math.exp(mu + half))
+    return BetweenRuns(len(ys), q, i2, math.sqrt(tau2), pooled)
