@@ -20,10 +20,13 @@ What differs from the standalone gateway (`python -m gateway`):
   `gateway_upstream_*` metrics count vLLM's handler as replica `embedded`;
 - the metrics are in vLLM's registry, so vLLM's `/metrics` serves `gateway_*` and
   `vllm:*` together;
-- vLLM's other routes stay served: `/health`, `/metrics`, `/ping`, `/version`, `/load`
-  and CORS preflights openly, every other path only with a valid key (as the standalone
-  gateway's proxied routes); they are passed to vLLM as they are (no salt, no layout,
-  no admission slot) but for the client's key, which never reaches vLLM's handlers.
+- vLLM's other routes: `/health`, `/metrics`, `/ping`, `/version`, `/load` and CORS
+  preflights stay open; the paths in `GATEWAY_EMBEDDED_PASSTHROUGH` (default
+  `/v1/models,/detokenize`: read-only) are served with a valid key, passed to vLLM as
+  they are (no salt, no layout, no admission slot) but for the client's key, which never
+  reaches vLLM's handlers; every other path (vLLM's other generation routes such as
+  `/v1/messages`, websockets) is a 404 after the key check, as on the standalone
+  gateway, since vLLM would run it outside the tenant's salt and limits.
   `/healthz` answers 200 while the process serves, `/readyz` is vLLM's `/health`;
 - admission runs on vLLM's loop: a request is admitted when vLLM's API server takes it
   up, which a saturated loop delays (docs/gateway.md);
@@ -55,7 +58,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.app import JSON_ROUTES, admission_of, preparer_of
 from gateway.embedded_relay import Relay
-from gateway.errors import ConfigError, GatewayError, Overloaded
+from gateway.errors import ConfigError, GatewayError, NotFound, Overloaded
 from gateway.fastroutes import RequestCount, route_table
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import (
@@ -83,6 +86,7 @@ _NO_UPSTREAM = "http://vllm.embedded"
 # vLLM's own probes and metrics, answered without a key (as vLLM does).
 OPEN_PATHS = frozenset({"/health", "/metrics", "/ping", "/version", "/load"})
 _LIVE_BODY = b'{"status":"ok"}'
+NOT_SERVED = "not_served"  # gateway_rejected_total: a path not in GATEWAY_EMBEDDED_PASSTHROUGH
 # Headers of the client's request that vLLM's handler gets otherwise (or not at all).
 _REPLACED_HEADERS = frozenset(
     {b"content-length", b"transfer-encoding", b"content-type", b"authorization"}
@@ -157,6 +161,8 @@ class EmbeddedGateway:
             outcome: self.metrics.upstream_requests.labels(REPLICA, outcome) for outcome in OUTCOMES
         }
         self.routes = route_table(JSON_ROUTES)
+        self.passthrough = frozenset(self.settings.embedded_passthrough)
+        self.passthrough_all = "*" in self.passthrough
         secret = self.settings.embedded_bypass_token
         self.bypass: bytes | None = secret.get_secret_value().encode() if secret else None
         if self.bypass:
@@ -295,16 +301,37 @@ class EmbeddedGateway:
                     self.metrics.rejected.labels(reason).inc()
                 await send_json_error(send, error)
                 return
+            if not self._passes(path):
+                self.metrics.rejected.labels(NOT_SERVED).inc()
+                await send_json_error(send, self._not_served(scope["method"], path))
+                return
             scope = _without_key(scope)
         await self.app(scope, receive, send)
 
+    def _passes(self, path: str) -> bool:
+        return self.passthrough_all or path in self.passthrough
+
+    @staticmethod
+    def _not_served(method: str, path: str) -> NotFound:
+        return NotFound(
+            f"{method} {path} is not served through the sparkserve gateway: vLLM would run "
+            "it without the tenant's cache salt and admission slot. Add the path to "
+            "GATEWAY_EMBEDDED_PASSTHROUGH to let keyed clients reach it anyway."
+        )
+
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """vLLM's websocket routes (realtime) need a key like any other guarded path."""
+        """vLLM's websocket routes (realtime) need a key like any other guarded path, and
+        a path in GATEWAY_EMBEDDED_PASSTHROUGH (they generate unsalted, unadmitted)."""
         try:
             self.preparer.principal(Incoming({**scope, "method": "GET"}, receive))
         except GatewayError:
             self.metrics.rejected.labels("unauthorized").inc()
             await send({"type": "websocket.close", "code": 1008})
+            return
+        if not self._passes(scope["path"]):
+            self.metrics.rejected.labels(NOT_SERVED).inc()
+            reason = "not served through the gateway: GATEWAY_EMBEDDED_PASSTHROUGH"
+            await send({"type": "websocket.close", "code": 1008, "reason": reason})
             return
         await self.app(_without_key(scope), receive, send)
 

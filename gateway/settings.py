@@ -27,6 +27,12 @@ _RULE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _REPLICA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 
 
+# vLLM's paths the embedded gateway passes on to a keyed client by default: read-only,
+# no generation (a generation route the gateway does not prepare would run without the
+# tenant's cache salt and admission slot: `/v1/messages`, `/v1/chat/completions/batch`, …).
+DEFAULT_PASSTHROUGH = ("/v1/models", "/detokenize")
+
+
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "sparkserve-gateway"
@@ -113,10 +119,15 @@ class GatewaySettings(BaseSettings):
         description="embedded mode: requests with this x-sparkserve-bypass header skip the "
         "gateway (the entrypoint's own requests; benchmarks)",
     )
+    embedded_passthrough: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_PASSTHROUGH),
+        description="embedded mode: vLLM's other paths a keyed client may reach as they are "
+        "(no salt, layout or admission slot), comma list; `*` for every path",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: OnOff = Field("off", description="uvicorn access log")
 
-    @field_validator("upstream_url", "upstream_names", mode="before")
+    @field_validator("upstream_url", "upstream_names", "embedded_passthrough", mode="before")
     @classmethod
     def _parse_lists(cls, value: Any) -> Any:
         return _split_list(value)
@@ -134,6 +145,16 @@ class GatewaySettings(BaseSettings):
         """`VAR=` (as compose writes `${VAR:-}`) means unset, not an empty path (the
         current directory), an empty secret or an empty bypass token."""
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("embedded_passthrough")
+    @classmethod
+    def _check_passthrough(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if path != "*" and (not path.startswith("/") or any(c.isspace() for c in path)):
+                raise ValueError(
+                    f"{path!r} is neither a path such as /detokenize nor * (every path)"
+                )
+        return value
 
     @field_validator("upstream_names")
     @classmethod

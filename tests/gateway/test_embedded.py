@@ -150,14 +150,54 @@ def test_the_bypass_needs_the_exact_token(make_settings: MakeSettings) -> None:
     assert len(inner.calls) == 1
 
 
-def test_websockets_need_a_key(make_settings: MakeSettings) -> None:
+def test_websockets_need_a_key_and_a_passthrough_path(make_settings: MakeSettings) -> None:
+    """vLLM's realtime websocket generates outside the tenant's salt and limits: refused
+    with a key too unless GATEWAY_EMBEDDED_PASSTHROUGH lists it."""
     inner = Inner()
-    gateway = EmbeddedGateway(inner, make_settings(), CollectorRegistry())
+    registry = CollectorRegistry()
+    gateway = EmbeddedGateway(inner, make_settings(), registry)
     scope = {"type": "websocket", "path": "/v1/realtime", "headers": [], "query_string": b""}
     sent = _call(gateway, scope)
     assert sent == [{"type": "websocket.close", "code": 1008}] and not inner.calls
     keyed = {**scope, "headers": [(b"authorization", f"Bearer {ALICE_KEY}".encode())]}
-    assert _call(gateway, keyed) == [{"type": "websocket.accept"}]
+    (closed,) = _call(gateway, keyed)
+    assert closed["type"] == "websocket.close" and closed["code"] == 1008
+    assert "GATEWAY_EMBEDDED_PASSTHROUGH" in closed["reason"] and not inner.calls
+    assert registry.get_sample_value("gateway_rejected_total", {"reason": "not_served"}) == 1
+    opened = EmbeddedGateway(
+        inner, make_settings(embedded_passthrough="/v1/realtime"), CollectorRegistry()
+    )
+    assert _call(opened, keyed) == [{"type": "websocket.accept"}]
+
+
+def test_vllms_other_routes_need_a_key_and_a_passthrough_path(
+    make_settings: MakeSettings,
+) -> None:
+    """A generation route the gateway does not prepare (vLLM's Anthropic-style
+    `/v1/messages`) would run without the tenant's salt and admission slot: 404 by
+    default, as on the standalone gateway; the read-only defaults and the listed paths
+    reach vLLM; an unknown key is a 401 before any of that."""
+    inner = Inner()
+    registry = CollectorRegistry()
+    gateway = EmbeddedGateway(inner, make_settings(), registry)
+    key = f"Bearer {ALICE_KEY}"
+    messages = _call(gateway, _http("/v1/messages", authorization=key), b"{}")
+    assert _status(messages) == 404 and not inner.calls
+    error = json.loads(b"".join(m.get("body", b"") for m in messages))["error"]
+    assert error["code"] == "not_found" and "POST /v1/messages" in error["message"]
+    assert "GATEWAY_EMBEDDED_PASSTHROUGH" in error["message"]
+    assert registry.get_sample_value("gateway_rejected_total", {"reason": "not_served"}) == 1
+    assert _status(_call(gateway, _http("/v1/messages", authorization="Bearer nope"))) == 401
+    assert _status(_call(gateway, _http("/v1/models", "GET", authorization=key))) == 200
+    assert _status(_call(gateway, _http("/detokenize", authorization=key), b"{}")) == 200
+    assert _status(_call(gateway, _http("/version", "GET"))) == 200  # open, as before
+    listed = EmbeddedGateway(
+        inner, make_settings(embedded_passthrough="/v1/messages"), CollectorRegistry()
+    )
+    assert _status(_call(listed, _http("/v1/messages", authorization=key), b"{}")) == 200
+    assert _status(_call(listed, _http("/detokenize", authorization=key), b"{}")) == 404
+    every = EmbeddedGateway(inner, make_settings(embedded_passthrough="*"), CollectorRegistry())
+    assert _status(_call(every, _http("/pooling", authorization=key), b"{}")) == 200
 
 
 def test_the_lifespan_reaches_vllm(make_settings: MakeSettings) -> None:
@@ -351,7 +391,8 @@ def test_the_clients_key_never_reaches_vllm(make_settings: MakeSettings) -> None
     """As the standalone gateway never forwards it: not on the prepared routes, not on
     vLLM's other guarded paths, not on a websocket."""
     inner = Inner()
-    gateway = EmbeddedGateway(inner, make_settings(), CollectorRegistry())
+    settings = make_settings(embedded_passthrough="/v1/models,/detokenize,/v1/realtime")
+    gateway = EmbeddedGateway(inner, settings, CollectorRegistry())
     key = f"Bearer {ALICE_KEY}"
     body = b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}]}'
     assert _status(_call(gateway, _http(authorization=key), body)) == 200

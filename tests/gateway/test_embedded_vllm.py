@@ -155,6 +155,14 @@ def test_keys_guard_every_path_but_the_probes(embedded: str) -> None:
         f"{embedded}/detokenize", json=detokenize, headers=_auth(BOB_KEY), timeout=30
     )
     assert allowed.status_code == 200 and "prompt" in allowed.json()
+    # ...and a generation route the gateway does not prepare (vLLM's Anthropic-style
+    # /v1/messages: no tenant salt, no admission) is not passed on, even with one.
+    anthropic = {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+    messages = httpx.post(
+        f"{embedded}/v1/messages", json=anthropic, headers=_auth(BOB_KEY), timeout=30
+    )
+    assert messages.status_code == 404, messages.text
+    assert "GATEWAY_EMBEDDED_PASSTHROUGH" in messages.json()["error"]["message"]
     # ...and the probes and metrics do not (as with vLLM's own --api-key).
     for path in ("/health", "/healthz", "/readyz", "/version"):
         assert httpx.get(f"{embedded}{path}", timeout=10).status_code == 200, path

@@ -68,6 +68,10 @@ def test_an_empty_optional_variable_means_unset(
         ({"GATEWAY_LAYOUT_RULES": '{"x": "("}'}, "bad regex"),
         ({"GATEWAY_CONTROL_URL": "nope"}, "GATEWAY_CONTROL_URL='nope'"),
         ({"GATEWAY_KEEPALIVE_SECONDS": "0"}, "GATEWAY_KEEPALIVE_SECONDS='0'"),
+        (
+            {"GATEWAY_EMBEDDED_PASSTHROUGH": "/detokenize,v1/messages"},
+            "'v1/messages' is neither a path such as /detokenize nor *",
+        ),
     ],
 )
 def test_errors_name_the_variable(
