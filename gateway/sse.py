@@ -74,6 +74,12 @@ def plain_events(chunk: bytes) -> bool:
     )
 
 
+# The Responses API's last event of a stream, which holds the response with its usage.
+FINAL_RESPONSE_EVENTS = frozenset(
+    {b"response.completed", b"response.incomplete", b"response.failed"}
+)
+
+
 def _payload(event: bytes) -> Any:
     """The JSON of a single-line `data:` event, or None."""
     for line in event.splitlines():
@@ -95,16 +101,37 @@ class StreamObserver:
     def observe(self, event: bytes) -> bool:
         """Record `event`; return True when it must be forwarded to the client."""
         if not event.startswith(b"data:") or event.startswith(DONE_EVENT):
+            if event.startswith(b"event:"):
+                self._named(event)
             return True
         if b'"usage"' in event and self._note_usage(event):
             return not self.drop_usage
+        self._timed()
+        return True
+
+    def _timed(self) -> None:
+        """A token event arrived now."""
         now = time.monotonic()
         if self.first_event_at is None:
             self.first_event_at = now
         elif self.last_event_at is not None:
             self.on_gap(now - self.last_event_at)
         self.last_event_at = now
-        return True
+
+    def _named(self, event: bytes) -> None:
+        """A Responses API event (`event: TYPE`, then its `data:` line): each `*.delta`
+        (text, reasoning, a tool call's arguments) is a token event, timed as a chat
+        chunk is; the final `response.completed` (or `.incomplete`, `.failed`) carries
+        the usage under `response` (input/output tokens, which `record_finish` reads)."""
+        kind = event.split(b"\n", 1)[0][6:].strip()
+        if kind.endswith(b".delta"):
+            self._timed()
+        elif kind in FINAL_RESPONSE_EVENTS and b'"usage"' in event:
+            payload = _payload(event)
+            response = payload.get("response") if isinstance(payload, dict) else None
+            usage = response.get("usage") if isinstance(response, dict) else None
+            if isinstance(usage, dict):
+                self.usage = usage
 
     def tick(self, events: int) -> None:
         """`events` data events (no usage, no [DONE]) arrived together now."""

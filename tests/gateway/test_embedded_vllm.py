@@ -205,6 +205,26 @@ def _streams(client: openai.OpenAI, embedded: str) -> None:
     assert len(usage) == 1 and usage[0].completion_tokens == 5
 
 
+def test_a_responses_stream_is_timed_and_counted(embedded: str) -> None:
+    """The Responses API's named events take the relay's slow path (not `data:` first):
+    its deltas are timed and the usage inside `response.completed` is counted."""
+    ttft = _metric(embedded, "gateway_ttft_seconds_count", {})
+    out = _metric(embedded, "gateway_completion_tokens_total", {"tenant": "alice"})
+    with _sdk(embedded) as client:
+        events = list(
+            client.responses.create(
+                model="tiny",
+                input="count to ten",
+                max_output_tokens=6,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+        )
+    assert [e.type for e in events].count("response.completed") == 1
+    assert _metric(embedded, "gateway_ttft_seconds_count", {}) - ttft == 1
+    assert _metric(embedded, "gateway_completion_tokens_total", {"tenant": "alice"}) - out == 6
+
+
 def test_tenants_never_share_cached_prompts(embedded: str) -> None:
     prompt = _text(600, uuid.uuid4().hex)
     tokens, first = _chat_cached(embedded, ALICE_KEY, prompt)

@@ -83,3 +83,31 @@ def test_tick_times_events_that_arrived_together() -> None:
     assert observer.first_event_at is not None and gaps == []
     observer.tick(3)  # one real gap, then two events that came in the same read
     assert len(gaps) == 3 and gaps[0] >= 0 and gaps[1:] == [0.0, 0.0]
+
+
+def _named(kind: str, payload: dict[str, object]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(payload)}\n\n".encode()
+
+
+def test_observer_times_responses_deltas_and_reads_their_final_usage() -> None:
+    """The Responses API's stream as vLLM writes it: `event: TYPE` then `data:`.  Only
+    the `*.delta` events are token events; the usage is under `response` in
+    `response.completed`; every event is forwarded."""
+    gaps: list[float] = []
+    observer = StreamObserver(drop_usage=False, on_gap=gaps.append)
+    usage = {"input_tokens": 5, "output_tokens": 3, "input_tokens_details": {"cached_tokens": 0}}
+    stream = [
+        _named("response.created", {"type": "response.created", "response": {"usage": None}}),
+        _named("response.output_item.added", {"type": "response.output_item.added"}),
+        _named("response.output_text.delta", {"type": "response.output_text.delta"}),
+        _named("response.reasoning_text.delta", {"type": "response.reasoning_text.delta"}),
+        _named("response.output_text.delta", {"type": "response.output_text.delta"}),
+        _named("response.output_text.done", {"type": "response.output_text.done"}),
+        _named("response.completed", {"type": "response.completed", "response": {"usage": usage}}),
+    ]
+    assert all(observer.observe(event) for event in stream)
+    assert observer.first_event_at is not None and len(gaps) == 2
+    assert observer.usage == usage
+    # A stream cut short: no final event, no usage; nothing timed before a delta.
+    cut = StreamObserver(drop_usage=False, on_gap=gaps.append)
+    assert cut.observe(stream[0]) and cut.first_event_at is None and cut.usage is None

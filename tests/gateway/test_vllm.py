@@ -87,6 +87,46 @@ def test_chat_non_streaming_and_streaming(gateway: Gateway) -> None:
     assert prompt is not None and prompt >= 2 * reply.usage.prompt_tokens
 
 
+def _sample(gateway: Gateway, name: str, labels: dict[str, str] | None = None) -> float:
+    return gateway.registry.get_sample_value(name, labels or {}) or 0.0
+
+
+def test_responses_streamed_and_not_are_timed_and_counted(gateway: Gateway) -> None:
+    """The Responses API, through the SDK: its stream names each event (`event: TYPE`)
+    and carries the usage inside `response.completed`, and the gateway still times the
+    first token and the gaps and counts the tenant's tokens."""
+    client = gateway.sdk()
+    before = {
+        "ttft": _sample(gateway, "gateway_ttft_seconds_count"),
+        "gaps": _sample(gateway, "gateway_inter_token_latency_seconds_count"),
+        "out": _sample(gateway, "gateway_completion_tokens_total", {"tenant": "alice"}),
+        "in": _sample(gateway, "gateway_prompt_tokens_total", {"tenant": "alice"}),
+    }
+    reply = client.responses.create(model="tiny", input="hello there", max_output_tokens=4)
+    assert reply.usage is not None and reply.usage.input_tokens > 0
+    events = list(
+        client.responses.create(
+            model="tiny",
+            input="count to ten",
+            max_output_tokens=8,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+    )
+    deltas = [e for e in events if e.type.endswith(".delta")]
+    completed = [e for e in events if e.type == "response.completed"]
+    assert len(deltas) > 1 and len(completed) == 1
+    usage = completed[0].response.usage
+    assert usage is not None and usage.output_tokens == 8
+    assert _sample(gateway, "gateway_ttft_seconds_count") - before["ttft"] == 1
+    gaps = _sample(gateway, "gateway_inter_token_latency_seconds_count") - before["gaps"]
+    assert gaps == len(deltas) - 1
+    out = _sample(gateway, "gateway_completion_tokens_total", {"tenant": "alice"}) - before["out"]
+    assert out == reply.usage.output_tokens + 8
+    prompt = _sample(gateway, "gateway_prompt_tokens_total", {"tenant": "alice"}) - before["in"]
+    assert prompt == reply.usage.input_tokens + usage.input_tokens
+
+
 def test_completions_and_client_requested_usage(gateway: Gateway) -> None:
     client = gateway.sdk(BOB_KEY)
     reply = client.completions.create(model="tiny", prompt="the cache", max_tokens=3)
