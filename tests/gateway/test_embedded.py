@@ -23,7 +23,7 @@ from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
 from gateway.embedded import EmbeddedGateway
-from tests.gateway.conftest import ALICE_KEY, MakeSettings
+from tests.gateway.conftest import ALICE_KEY, BOB_KEY, MakeSettings
 from tests.gateway.server import serve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -504,3 +504,21 @@ def test_a_burst_is_prepared_before_any_of_it_is_handed_to_vllm(
     asyncio.run(asyncio.wait_for(burst(), 10))
     # All three held a slot when the first reached vLLM; each one's end frees its slot.
     assert seen == [(3.0, "a"), (2.0, "b"), (1.0, "c")]
+
+
+def test_a_client_cache_salt_is_folded_into_its_tenants(make_settings: MakeSettings) -> None:
+    """Inside vLLM as in front of it: vLLM's handler gets a salt derived from the tenant
+    and the client's salt, never the client's own, and two tenants sending the same
+    client salt get different ones; an empty one is a 400 before vLLM sees anything."""
+    inner = Inner()
+    gateway = EmbeddedGateway(inner, make_settings(), CollectorRegistry())
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "cache_salt": "s1"}
+    salts = []
+    for key in (ALICE_KEY, BOB_KEY, ALICE_KEY):
+        sent = _call(gateway, _http(authorization=f"Bearer {key}"), json.dumps(body).encode())
+        assert _status(sent) == 200
+        salts.append(json.loads(inner.calls[-1][1])["cache_salt"])
+    assert "s1" not in salts and salts[0] == salts[2] != salts[1]
+    empty = json.dumps({**body, "cache_salt": ""}).encode()
+    assert _status(_call(gateway, _http(authorization=f"Bearer {ALICE_KEY}"), empty)) == 400
+    assert len(inner.calls) == 3

@@ -127,6 +127,21 @@ def test_responses_streamed_and_not_are_timed_and_counted(gateway: Gateway) -> N
     assert prompt == reply.usage.input_tokens + usage.input_tokens
 
 
+def test_tokenize_passes_through_with_a_key(gateway: Gateway) -> None:
+    """vLLM's /tokenize through the gateway gives what vLLM gives directly; it needs a key."""
+    body = {"model": "tiny", "prompt": "the model reads the file"}
+    direct = httpx.post(f"{gateway.vllm_url}/tokenize", json=body, timeout=30)
+    through = httpx.post(
+        f"{gateway.url}/tokenize",
+        json=body,
+        headers={"authorization": f"Bearer {ALICE_KEY}"},
+        timeout=30,
+    )
+    assert direct.status_code == through.status_code == 200
+    assert through.json()["tokens"] == direct.json()["tokens"] and direct.json()["count"] > 0
+    assert httpx.post(f"{gateway.url}/tokenize", json=body, timeout=30).status_code == 401
+
+
 def test_completions_and_client_requested_usage(gateway: Gateway) -> None:
     client = gateway.sdk(BOB_KEY)
     reply = client.completions.create(model="tiny", prompt="the cache", max_tokens=3)
