@@ -80,10 +80,35 @@ def config_file_flags(path: str) -> list[str]:
     turns its keys into flags (`api-server-count: 2` → `--api-server-count 2`); the
     others (switches, lists, nested settings) decide no API server count.
     `PreflightError` when the file cannot be read as such."""
+    flags: list[str] = []
+    for key, value in _config_file(path).items():
+        if value is not None and not isinstance(value, bool | list | dict):
+            flags += [f"--{key}", str(value)]
+    return flags
+
+
+def check_key_in_config_file(extra_args: Sequence[str]) -> None:
+    """vLLM takes `api-key` from its `--config` file too (as a string or a list); the
+    warm-up would not send it, and the start would fail with a 401 after the model
+    loaded.  `PreflightError` naming the file."""
+    path = _last_value(extra_args, CONFIG)
+    if not path:
+        return
+    if any(str(key).replace("_", "-") == "api-key" for key in _config_file(path)):
+        raise PreflightError(
+            f"SPARKSERVE_VLLM_EXTRA_ARGS --config {path} sets api-key: vLLM would demand "
+            "that key on /v1 and the entrypoint's warm-up would not send it; take it out of "
+            "the file and put it in SPARKSERVE_API_KEY (given to vLLM as VLLM_API_KEY)"
+        )
+
+
+def _config_file(path: str) -> dict[object, object]:
+    """vLLM's `--config` YAML file as a mapping ({} where PyYAML is absent: no vLLM here,
+    and its own start reads the file); `PreflightError` when it cannot be read as one."""
     try:
         import yaml  # type: ignore[import-untyped]  # no stubs installed
-    except ImportError:  # no vLLM here (it needs PyYAML): its own start reads the file
-        return []
+    except ImportError:
+        return {}
     where = f"SPARKSERVE_VLLM_EXTRA_ARGS --config {path}"
     try:
         with open(path, encoding="utf-8") as file:
@@ -96,11 +121,7 @@ def config_file_flags(path: str) -> list[str]:
             f"{where}: expected a mapping of vLLM flags to values (e.g. "
             f"'max-num-seqs: 64'), got {type(loaded).__name__}"
         )
-    flags: list[str] = []
-    for key, value in loaded.items():
-        if value is not None and not isinstance(value, bool | list | dict):
-            flags += [f"--{key}", str(value)]
-    return flags
+    return loaded
 
 
 def as_vllm_reads(extra_args: Sequence[str]) -> list[str]:

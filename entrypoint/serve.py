@@ -18,7 +18,7 @@ from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
 from entrypoint.control import ControlServer
 from entrypoint.errors import EXIT_DOES_NOT_FIT, PreflightError
-from entrypoint.gateway_mode import EMBEDDED, check_embedded
+from entrypoint.gateway_mode import EMBEDDED, check_embedded, check_key_in_config_file
 from entrypoint.hardware import Machine, detect, host_memory
 from entrypoint.logscan import LogWatcher
 from entrypoint.metrics import build_registry
@@ -98,6 +98,7 @@ def preflight(config: EntrypointConfig, console: Console) -> tuple[Prepared, str
     prepared = prepare(config, console)
     console.say("plan:\n" + render_table(prepared.plan))
     run_checks(config, prepared.plan, prepared.machine, console)
+    check_key_in_config_file(config.vllm_extra_args)
     if config.gateway == EMBEDDED:
         check_embedded(config)
         console.say("embedded gateway: GATEWAY_* settings ok (docs/gateway.md)")

@@ -110,3 +110,19 @@ def test_unknown_vllm_flag_names_flag_and_version(tiny_model_dir):
         "(from SPARKSERVE_VLLM_EXTRA_ARGS)"
     ) in done.stderr
     assert "launching" not in done.stdout
+
+
+def test_a_key_in_vllms_config_file_is_refused_in_pre_flight(tiny_model_dir, tmp_path):
+    """vLLM would take `api-key` from its `--config` file and the warm-up would not send
+    it: refused before vLLM is imported, naming the file, not echoing the key."""
+    config = tmp_path / "vllm.yaml"
+    config.write_text("enforce-eager: true\napi_key: sk-from-the-file\n")
+    done = run_entrypoint(
+        SPARKSERVE_MODEL=str(tiny_model_dir),
+        SPARKSERVE_KV_CACHE_MEMORY_BYTES="256M",
+        SPARKSERVE_VLLM_EXTRA_ARGS=f"--config {config}",
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"SPARKSERVE_VLLM_EXTRA_ARGS --config {config} sets api-key" in done.stderr
+    assert "sk-from-the-file" not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "launching" not in done.stdout

@@ -8,7 +8,12 @@ import pytest
 
 from entrypoint.config import load_config
 from entrypoint.errors import ConfigError, PreflightError
-from entrypoint.gateway_mode import BYPASS_ENV, bypass_headers, check_embedded
+from entrypoint.gateway_mode import (
+    BYPASS_ENV,
+    bypass_headers,
+    check_embedded,
+    check_key_in_config_file,
+)
 from tests.entrypoint.test_cli import run_entrypoint
 
 
@@ -166,3 +171,23 @@ def test_vllms_multiprocess_metrics_are_refused_in_pre_flight(monkeypatch, tmp_p
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "prom"))
     with pytest.raises(PreflightError, match="PROMETHEUS_MULTIPROC_DIR is set"):
         check_embedded(load_config({"SPARKSERVE_GATEWAY": "embedded"}))
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "refused"),
+    [
+        ("api-key: sk-x\n", True),
+        ("api_key: [sk-a, sk-b]\nmax-num-seqs: 8\n", True),
+        ("max-num-seqs: 8\nserved-model-name: [a, b]\n", False),
+    ],
+)
+def test_a_key_in_vllms_config_file_is_refused(tmp_path, yaml_text, refused):
+    path = tmp_path / "vllm.yaml"
+    path.write_text(yaml_text)
+    if not refused:
+        check_key_in_config_file(["--config", str(path)])
+        return
+    with pytest.raises(PreflightError, match="sets api-key") as error:
+        check_key_in_config_file([f"--config={path}", "--enforce-eager"])
+    assert "sk-" not in str(error.value) and "SPARKSERVE_API_KEY" in str(error.value)
+    check_key_in_config_file(["--enforce-eager"])  # no file: nothing to read
