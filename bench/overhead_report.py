@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,16 +25,12 @@ from bench.overhead_stats import (
     Burst,
     Estimate,
     Ratios,
-    Statistic,
-    Target,
     across_runs,
     between_runs,
     bootstrap,
     fitted_first_delay,
     fitted_ttft,
     pct,
-    pooled_rate,
-    pooled_ttft,
     server_cpu_more,
     server_cpu_ratio,
     weighted_geomean,
@@ -309,11 +305,7 @@ def print_between_runs(streams: int, results: dict[str, list[Round]]) -> None:
     groups: dict[int, list[int]] = {}
     for i, run in enumerate(labels):
         groups.setdefault(run, []).append(i)
-    statistics: list[tuple[Target, Callable[[list[Round], list[Round]], Statistic]]] = [
-        (TTFT_P50, lambda p, d: pooled_ttft(p, d, 0.5)),
-        (TTFT_P99, lambda p, d: pooled_ttft(p, d, 0.99)),
-        (TOKENS_PER_S, pooled_rate),
-    ]
+    targets = (TTFT_P50, TTFT_P99, TOKENS_PER_S)  # the order of `Ratios.verdicts`
     print(
         f"\nrun by run at {streams} streams (each run against its own direct rounds, "
         "95% bootstrap within the run)"
@@ -321,20 +313,19 @@ def print_between_runs(streams: int, results: dict[str, list[Round]]) -> None:
     width = _path_width(list(results))
     print(
         f"{'path':>{width}} {'run':>4} {'rounds':>6} "
-        + " ".join(f"{target.name + ' x':>20}" for target, _ in statistics)
+        + " ".join(f"{target.name + ' x':>20}" for target in targets)
     )
     found: dict[str, list[list[Estimate]]] = {}
     for name, rounds in results.items():
         if name == DIRECT:
             continue
-        columns: list[list[Estimate]] = [[] for _ in statistics]
+        columns: list[list[Estimate]] = [[] for _ in targets]
         for run, idx in sorted(groups.items()):
-            p, d = [rounds[i] for i in idx], [direct[i] for i in idx]
-            cells = []
-            for column, (_, build) in zip(columns, statistics, strict=True):
-                estimate = bootstrap(len(idx), build(p, d))
+            ratios = Ratios.of([rounds[i] for i in idx], [direct[i] for i in idx])
+            estimates = [pooled for t, _, pooled, _ in ratios.verdicts() if t in targets]
+            for column, estimate in zip(columns, estimates, strict=True):
                 column.append(estimate)
-                cells.append(f"{estimate.value:.3f} [{estimate.low:.3f}-{estimate.high:.3f}]")
+            cells = [f"{e.value:.3f} [{e.low:.3f}-{e.high:.3f}]" for e in estimates]
             print(
                 f"{name:>{width}} {run + 1:>4} {len(idx):>6} " + " ".join(f"{c:>20}" for c in cells)
             )
@@ -344,7 +335,7 @@ def print_between_runs(streams: int, results: dict[str, list[Round]]) -> None:
         "degrees of freedom, I2 the scatter beyond what rounds explain, tau between runs)"
     )
     for name, columns in found.items():
-        for (target, _), column in zip(statistics, columns, strict=True):
+        for target, column in zip(targets, columns, strict=True):
             b = between_runs(column)
             if b is None:
                 print(f"  {name:>{width}} {target!s:<17} (a run's interval has no width)")
