@@ -19,7 +19,6 @@ from entrypoint.hardware import Machine
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 WEIGHTS_PLACEHOLDER = "<SPARKSERVE_WEIGHTS>"
-SECRET_FLAGS = ("--api-key",)  # refused in SPARKSERVE_VLLM_EXTRA_ARGS; masked all the same
 # vLLM reads its key from VLLM_API_KEY when --api-key is absent: there the key stays out of
 # `ps` and /proc/PID/cmdline, and a key that starts with "-" is not taken for a flag.
 API_KEY_ENV = "VLLM_API_KEY"
@@ -46,14 +45,11 @@ class Launch:
         return (*self.prefix, *self.planned_args, *self.extra_args)
 
     def shown(self) -> str:
-        """The command for humans, with secrets masked."""
-        words = list(self.argv)
-        for i, word in enumerate(words[:-1]):
-            if word in SECRET_FLAGS:
-                words[i + 1] = "***"
+        """The command for humans, with secrets masked.  None is on the command line: the
+        key goes in VLLM_API_KEY (`--api-key` in the extra args is refused)."""
         shown = {k: "***" if k in SECRET_ENV else shlex.quote(v) for k, v in self.env.items()}
         env = " ".join(f"{k}={v}" for k, v in sorted(shown.items()))
-        return (env + " " if env else "") + shlex.join(words)
+        return (env + " " if env else "") + shlex.join(self.argv)
 
 
 def plan_options(config: EntrypointConfig, machine: Machine) -> PlanOptions:
