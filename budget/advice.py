@@ -4,14 +4,11 @@ and warnings about settings that start but hurt."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from budget.graphs import uncovered_decode_widths
-from budget.profiles import GiB, ModelProfile
+from budget.plan import Plan, min_kv_bytes, plan_for
+from budget.profiles import GiB, ModelProfile, hardware_names, load_hardware
 from budget.settings import Settings
-
-if TYPE_CHECKING:
-    from budget.plan import Plan
 
 MIN_CONTEXT = 256
 
@@ -21,15 +18,11 @@ def _gib(n: int) -> str:
 
 
 def _replan(profile: ModelProfile, s: Settings) -> Plan:
-    from budget.plan import plan_for
-
     return plan_for(profile, s)
 
 
 def shortfall(plan: Plan) -> str:
     """Which component is largest and by how much the plan is over."""
-    from budget.plan import min_kv_bytes
-
     need_kv = min_kv_bytes(plan)
     fixed = plan.total_bytes - plan.kv_cache_bytes
     over = fixed + max(need_kv, plan.kv_cache_bytes) - plan.usable_bytes
@@ -138,8 +131,6 @@ def _scale_out(profile: ModelProfile, s: Settings) -> list[str]:
 
 
 def _on_hardware(s: Settings, name: str) -> Settings:
-    from budget.profiles import load_hardware
-
     hw = load_hardware(name)
     ranks = s.tp * s.pp
     nodes = max(1, ranks // hw.gpus) if s.nodes > 1 or hw.nodes > 1 else 1
@@ -160,8 +151,6 @@ def _more_gpus(profile: ModelProfile, s: Settings) -> str | None:
 
 
 def _hardware_profiles() -> list[str]:
-    from budget.profiles import hardware_names
-
     return [n for n in hardware_names() if n not in ("cpu", "custom")]
 
 

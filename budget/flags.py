@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from budget.plan import Plan
+from budget.plan import Plan
 
 
 def vllm_args(plan: Plan) -> list[str]:
@@ -64,11 +62,11 @@ def _memory_args(plan: Plan) -> list[str]:
     return args
 
 
-def env_lines(plan: Plan, model: str) -> list[str]:
+def env_lines(plan: Plan) -> list[str]:
     """`SPARKSERVE_*` inputs for compose's .env (the entrypoint recomputes the plan)."""
     s = plan.settings
     values: dict[str, object] = {
-        "MODEL": model,
+        "MODEL": plan.model_dir or plan.model_name,
         "HARDWARE": s.hardware.name,
         "DEVICE": s.device,
         "TP": s.tp,

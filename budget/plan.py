@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 from budget.components import Components, fixed_components
-from budget.flags import env_lines, vllm_args
 from budget.kv import (
     KVCapacity,
     KVLayout,
@@ -18,9 +16,8 @@ from budget.kv import (
     min_kv_bytes_to_start,
 )
 from budget.model import ModelSpec
-from budget.options import PlanOptions
-from budget.profiles import ModelProfile, load_model
-from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings, resolve
+from budget.profiles import ModelProfile
+from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings
 from budget.speed import SpeedEstimate, comm_seconds, estimate_speed
 from budget.weights import FORMAT_BYTES_PER_PARAM
 
@@ -81,13 +78,6 @@ class Plan:
         return self.layout.block_size
 
     @property
-    def vllm_args(self) -> list[str]:
-        return vllm_args(self)
-
-    def env_lines(self) -> list[str]:
-        return env_lines(self, self.model_dir or self.model_name)
-
-    @property
     def mem_available_at_start_bytes(self) -> int | None:
         """What MemAvailable should show vLLM at start on unified memory: the machine
         less the OS/container reserve and the hot PLE pages (page cache)."""
@@ -114,12 +104,6 @@ class Plan:
     def ple_traffic(self) -> dict[str, int] | None:
         """Offloaded-embedding lookups and bytes per prefill chunk (seed: ≈16 rows/token)."""
         return self._ple_traffic
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON contract of `python -m budget plan --json` (DESIGN §2)."""
-        from budget.plan_dict import plan_dict
-
-        return plan_dict(self)
 
 
 def kv_model(m: ModelSpec, mtp_k: int, pp: int = 1) -> KVModel:
@@ -216,7 +200,7 @@ def _comm(m: ModelSpec, s: Settings) -> float:
 
 
 def plan_for(profile: ModelProfile, s: Settings, acceptance: float = 0.7) -> Plan:
-    """The plan for resolved settings (no suggestions)."""
+    """The plan for resolved settings (no warnings or suggestions: `budget.planner`)."""
     comps = fixed_components(profile, s)
     layout = kv_layout(kv_model(profile.spec, s.mtp, s.pp), kv_settings(s))
     usable = _usable(s, comps, s.gpu_memory_utilization)
@@ -242,7 +226,6 @@ def plan_for(profile: ModelProfile, s: Settings, acceptance: float = 0.7) -> Pla
         speed=_speed((profile, s, layout, comps.bytes.get("mtp_module", 0)), acceptance),
     )
     plan._ple_traffic = _ple_traffic(profile, s)
-    plan.warnings = _warnings(plan)
     return plan
 
 
@@ -257,31 +240,5 @@ def _ple_traffic(profile: ModelProfile, s: Settings) -> dict[str, int] | None:
     return {"lookups_per_chunk": rows, "bytes_per_chunk": rows * row_bytes, "row_bytes": row_bytes}
 
 
-def _warnings(plan: Plan) -> list[str]:
-    from budget.advice import warnings_for
-
-    return warnings_for(plan)
-
-
-def build_plan(options: PlanOptions) -> Plan:
-    """Resolve the options, size everything, and add suggestions when it does not fit."""
-    from budget.advice import suggestions_for
-
-    profile = load_model(options.model)
-    settings = resolve(options, profile)
-    plan = plan_for(profile, settings, options.mtp_acceptance)
-    if settings.nodes > 1 and options.tp is None and options.pp is None:
-        from budget.split import choose_split
-
-        plan = choose_split(profile, settings, options.mtp_acceptance)
-    if not plan.fits:
-        plan.suggestions = suggestions_for(profile, settings, plan)
-    return plan
-
-
 def min_kv_bytes(plan: Plan) -> int:
     return min_kv_bytes_to_start(plan.layout, plan.settings.max_model_len)
-
-
-def with_settings(profile: ModelProfile, s: Settings, **changes: Any) -> Plan:
-    return plan_for(profile, replace(s, **changes))

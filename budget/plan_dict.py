@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from budget.plan import Plan
+from budget.flags import vllm_args
+from budget.plan import Plan
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "components": dict(plan.components),
         "estimates": dict(plan.notes),
         "suggestions": list(plan.suggestions),
-        "vllm_args": plan.vllm_args,
+        "vllm_args": vllm_args(plan),
         "warnings": list(plan.warnings),
         "kv_mode": plan.kv_mode,
         "settings": _settings(plan),

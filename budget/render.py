@@ -1,16 +1,13 @@
-"""Human output of a plan: the table (with a bar per component) and a stacked-bar chart."""
+"""Human output of a plan: the table, with a bar per component."""
 
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from budget.errors import BudgetError
+from budget.flags import vllm_args
+from budget.kv import format_kv_log_line
+from budget.plan import Plan
 from budget.profiles import GiB
-
-if TYPE_CHECKING:
-    from budget.plan import Plan
 
 BAR_WIDTH = 30
 
@@ -53,8 +50,6 @@ def _component_rows(plan: Plan) -> list[str]:
 
 
 def _kv_rows(plan: Plan) -> list[str]:
-    from budget.kv import format_kv_log_line
-
     s = plan.settings
     line = format_kv_log_line(plan.capacity, s.max_model_len, s.device)
     rows = [
@@ -101,7 +96,7 @@ def render_table(plan: Plan) -> str:
     lines += [f"  parallelism: {why}" for why in plan.parallelism]
     lines += [f"  → {tip}" for tip in plan.suggestions]
     lines += [f"warning: {w}" for w in plan.warnings]
-    lines += ["", *command_lines(plan.vllm_args)]
+    lines += ["", *command_lines(vllm_args(plan))]
     return "\n".join(lines)
 
 
@@ -115,31 +110,3 @@ def command_lines(args: list[str]) -> list[str]:
             groups[-1].append(arg)
     parts = ["    " + " ".join(shlex.quote(a) for a in group) for group in groups]
     return ["vllm serve \\", *[f"{p} \\" for p in parts[:-1]], parts[-1]]
-
-
-def write_chart(plan: Plan, path: Path) -> None:
-    """A stacked bar of the components against usable memory (PNG or SVG)."""
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise BudgetError(f"chart={str(path)!r}; the file must end in .png or .svg")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise BudgetError("--chart needs matplotlib: pip install 'sparkserve[chart]'") from None
-    fig, ax = plt.subplots(figsize=(9, 2.8))
-    left = 0.0
-    for name, size in sorted(plan.components.items(), key=lambda kv: -kv[1]):
-        ax.barh([0], [size / GiB], left=left, label=f"{name} {size / GiB:.1f}")
-        left += size / GiB
-    ax.axvline(plan.usable_bytes / GiB, color="black", linestyle="--", label="usable")
-    ax.set_xlabel("GiB")
-    ax.set_yticks([])
-    ax.set_title(
-        f"{plan.model_name} on {plan.settings.hardware.name}: "
-        f"{'fits' if plan.fits else 'does not fit'}"
-    )
-    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.3))
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)

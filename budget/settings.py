@@ -6,8 +6,8 @@ from dataclasses import dataclass, replace
 
 from budget.errors import BudgetError
 from budget.graphs import check_capture_sizes, seeds_capture_sizes, vllm_default_capture_sizes
-from budget.options import CUDAGRAPH_MODES, DEVICES, KV_CACHE_DTYPES, PlanOptions
-from budget.profiles import GiB, Hardware, ModelProfile, cpu_has_avx512_bf16, load_hardware
+from budget.options import CUDAGRAPH_MODES, DEVICES, KV_CACHE_DTYPES, HostFacts, PlanOptions
+from budget.profiles import GiB, Hardware, ModelProfile, load_hardware
 from budget.weights import COMPONENTS, check_format
 
 # vllm/engine/arg_utils.py `get_batch_defaults` (OpenAI server): (batched tokens, seqs).
@@ -56,7 +56,7 @@ def _choose(name: str, value: str | None, allowed: tuple[str, ...]) -> str | Non
     return value
 
 
-def _hardware(opts: PlanOptions, profile: ModelProfile, device: str) -> Hardware:
+def _hardware(opts: PlanOptions, profile: ModelProfile, device: str, host: HostFacts) -> Hardware:
     hw = _named_hardware(opts, profile, device)
     if device != "cpu":
         if opts.cpu_avx512_bf16 is not None:
@@ -65,7 +65,7 @@ def _hardware(opts: PlanOptions, profile: ModelProfile, device: str) -> Hardware
                 "(give --device cpu, or leave it out)"
             )
         return hw
-    avx512_bf16 = cpu_has_avx512_bf16() if opts.cpu_avx512_bf16 is None else opts.cpu_avx512_bf16
+    avx512_bf16 = host.cpu_avx512_bf16 if opts.cpu_avx512_bf16 is None else opts.cpu_avx512_bf16
     if not avx512_bf16:
         return hw
     return replace(
@@ -219,10 +219,10 @@ def _offload(opts: PlanOptions, profile: ModelProfile, mtp: int) -> tuple[int, f
     return (int(dv.get("rows", 65536)) if use_draft and mtp else 0), hot
 
 
-def resolve(opts: PlanOptions, profile: ModelProfile) -> Settings:
+def resolve(opts: PlanOptions, profile: ModelProfile, host: HostFacts) -> Settings:
     s = profile.serving
     device = _choose("device", opts.device, DEVICES) or str(s.get("device", "cuda"))
-    hw = _hardware(opts, profile, device)
+    hw = _hardware(opts, profile, device, host)
     tp, pp, nodes = _parallel(opts, s, hw, device)
     max_len, seqs, mnbt = _batching(opts, profile, device, hw)
     kv_dtype = _choose("kv_cache_dtype", opts.kv_cache_dtype, KV_CACHE_DTYPES) or str(

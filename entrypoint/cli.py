@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from entrypoint import parsers
+from budget import parsers
 from entrypoint.config import OPTIONS, Option, load_config
 from entrypoint.console import Console
 from entrypoint.errors import EXIT_BAD_CONFIG, EntrypointError

@@ -1,4 +1,5 @@
-"""The multi-node settings (issue 4): this node's role in a Ray cluster and its interconnect.
+"""The multi-node settings: this node's role in a Ray cluster and its interconnect
+(the node count and the pipeline split are planner settings, `budget.options`).
 
 Declared like every other option (see config.Option); `config.OPTIONS` lists them
 after the serving settings.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from entrypoint import parsers
+from budget import parsers
 
 if TYPE_CHECKING:
     from entrypoint.config import Option
@@ -27,14 +28,6 @@ def cluster_options(option: type[Option]) -> tuple[Option, ...]:
             "worker: join the head's Ray and stay in the foreground.",
             "|".join(ROLES),
         ),
-        option(
-            "nodes",
-            parsers.positive_int,
-            None,
-            "Nodes in the Ray cluster (head included). Unset: the hardware profile's (1).",
-            "N",
-        ),
-        option("pp", parsers.positive_int, None, "Pipeline-parallel size across nodes.", "N"),
         option(
             "head_address",
             parsers.text,

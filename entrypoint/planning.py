@@ -6,12 +6,15 @@ import importlib.metadata
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from budget.errors import BudgetError
+from budget.flags import vllm_args
+from budget.host import probe_host
 from budget.options import PlanOptions
-from budget.plan import Plan, build_plan
+from budget.plan import Plan
+from budget.planner import build_plan
 from entrypoint.config import EntrypointConfig
 from entrypoint.errors import ConfigError
 from entrypoint.gateway_mode import BYPASS_ENV, bypass_env, middleware_args
@@ -54,37 +57,22 @@ class Launch:
 
 def plan_options(config: EntrypointConfig, machine: Machine) -> PlanOptions:
     """The planner's inputs: settings first, the detected machine where settings are silent."""
-    custom = config.hardware is None and machine.profile is None
-    device = config.device or (None if config.hardware else machine.device)
-    return PlanOptions(
-        model=config.model,
-        hardware=config.hardware or machine.profile,
+    given = config.plan
+    custom = given.hardware is None and machine.profile is None
+    return replace(
+        given,
+        hardware=given.hardware or machine.profile,
         memory_gib=machine.memory_gib if custom else None,
         uma=machine.uma if custom else None,
-        device=device,
-        tp=config.tp,
-        pp=config.pp,
-        nodes=config.nodes,
-        max_model_len=config.max_model_len,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        kv_cache_dtype=config.kv_cache_dtype,
-        weights_dtype=config.weights_dtype,
-        mtp=config.mtp,
-        prefix_caching=config.prefix_caching,
-        kv_cache_memory_bytes=config.kv_cache_memory_bytes,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        cudagraph_mode=config.cudagraph_mode,
-        cudagraph_capture_sizes=config.cudagraph_capture_sizes,
-        served_model_name=config.served_model_name,
+        device=given.device or (None if given.hardware else machine.device),
     )
 
 
 def make_plan(config: EntrypointConfig, machine: Machine) -> Plan:
     try:
-        return build_plan(plan_options(config, machine))
+        return build_plan(plan_options(config, machine), probe_host())
     except BudgetError as exc:
-        raise ConfigError(f"SPARKSERVE_MODEL={config.model!r}: {exc}") from None
+        raise ConfigError(f"SPARKSERVE_MODEL={config.plan.model!r}: {exc}") from None
 
 
 def vllm_console_script() -> str | None:
@@ -135,7 +123,7 @@ def cache_env(cache_dir: str | None) -> dict[str, str]:
 
 
 def build_launch(config: EntrypointConfig, plan: Plan, console_script: str | None = None) -> Launch:
-    planned = (*_model_args(config, plan), *plan.vllm_args, *_serving_args(config))
+    planned = (*_model_args(config, plan), *vllm_args(plan), *_serving_args(config))
     return Launch(
         prefix=launcher_prefix(console_script),
         planned_args=planned,

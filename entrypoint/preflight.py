@@ -50,7 +50,7 @@ def check_model_dir(model: str) -> None:
 def check_weights(config: EntrypointConfig, plan: Plan) -> None:
     if plan.model_dir is None and config.weights is None:
         raise PreflightError(
-            f"SPARKSERVE_MODEL={config.model} is a profile, so vLLM needs SPARKSERVE_WEIGHTS "
+            f"SPARKSERVE_MODEL={config.plan.model} is a profile, so vLLM needs SPARKSERVE_WEIGHTS "
             "(the checkpoint directory or HF repo id to load)"
         )
     if config.weights and looks_like_path(config.weights) and not Path(config.weights).is_dir():

@@ -46,7 +46,7 @@ def prepare(config: EntrypointConfig, console: Console) -> Prepared:
     """Machine → (model dir checked) → plan → command."""
     machine = detect(read_gpus(load_nvml()))
     console.say(f"machine: {machine.describe()}")
-    check_model_dir(config.model)
+    check_model_dir(config.plan.model)
     plan = make_plan(config, machine)
     check_role(config, plan)
     launch = build_launch(config, plan, vllm_console_script())
@@ -88,7 +88,7 @@ def _info(config: EntrypointConfig, prepared: Prepared, vllm_version: str) -> di
         "model": prepared.plan.model_name,
         "hardware": settings.hardware.name,
         "device": settings.device,
-        "served_model_name": config.served_model_name or "",
+        "served_model_name": config.plan.served_model_name or "",
         "vllm_version": vllm_version,
     }
 

@@ -10,7 +10,8 @@ from bench.conditions import (
 )
 from bench.errors import BenchError
 from budget.options import PlanOptions
-from budget.plan import build_plan
+from budget.plan_dict import plan_dict
+from budget.planner import build_plan
 
 
 def test_vllm_args_name_the_serving_settings():
@@ -40,7 +41,7 @@ def test_no_speculative_config_means_mtp_off_and_eager_means_no_graphs():
 
 
 def test_plan_json_gives_settings_and_kv_tokens():
-    plan = build_plan(PlanOptions(max_num_seqs=4, mtp=3)).to_dict()
+    plan = plan_dict(build_plan(PlanOptions(max_num_seqs=4, mtp=3)))
     out = from_plan(plan)
     assert out["mtp_k"] == 3
     assert out["max_num_seqs"] == 4

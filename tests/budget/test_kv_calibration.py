@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from budget.host import cpu_has_avx512_bf16
 from budget.kv import KVModel, KVSettings, format_kv_log_line, kv_capacity, kv_layout
-from budget.profiles import cpu_has_avx512_bf16
 from tests.vllm_proc import STARTUP_TIMEOUT_S, free_port, vllm_command, vllm_env
 from tools.tiny_model import config_for, write_tiny_model
 

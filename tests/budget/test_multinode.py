@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 
 from budget.errors import BudgetError
+from budget.flags import vllm_args
 from budget.options import PlanOptions
-from budget.plan import build_plan
+from budget.plan_dict import plan_dict
+from budget.planner import build_plan
 
 
 def test_fp8_flash_next_needs_two_sparks() -> None:
@@ -17,7 +19,7 @@ def test_fp8_flash_next_needs_two_sparks() -> None:
     assert any(tip.startswith("--nodes 2") for tip in one.suggestions)
     two = build_plan(PlanOptions(weights_dtype="fp8", hardware="dgx-spark-x2"))
     assert two.fits
-    args = two.vllm_args
+    args = vllm_args(two)
     assert args[args.index("--distributed-executor-backend") + 1] == "ray"
     assert "ray" in two.components  # Ray's own memory on each node
 
@@ -28,13 +30,13 @@ def test_split_is_chosen_and_explained() -> None:
     assert (s.tp, s.pp, s.nodes) == (2, 1, 2)
     assert plan.parallelism[0].startswith("chose TP 2 × PP 1")
     assert any("TP 1 × PP 2" in line for line in plan.parallelism[1:])
-    assert plan.to_dict()["parallelism"]["nodes"] == 2
+    assert plan_dict(plan)["parallelism"]["nodes"] == 2
 
 
 def test_pipeline_stages_hold_fewer_layers() -> None:
     tp2 = build_plan(PlanOptions(weights_dtype="fp8", nodes=2, tp=2, pp=1))
     pp2 = build_plan(PlanOptions(weights_dtype="fp8", nodes=2, tp=1, pp=2))
-    assert "--pipeline-parallel-size" in pp2.vllm_args
+    assert "--pipeline-parallel-size" in vllm_args(pp2)
     # per-rank decoder weights halve either way; PP's last stage carries the whole lm_head
     assert pp2.components["weights.lm_head"] == 2 * tp2.components["weights.lm_head"]
     assert "weights.embeddings" not in pp2.components
@@ -73,7 +75,7 @@ def test_multinode_flags_parse_in_vllm() -> None:
         PlanOptions(model="qwen3.8-27b"),
     ):
         plan = build_plan(options)
-        ns = parser.parse_args(["--model", "/m", *plan.vllm_args])
+        ns = parser.parse_args(["--model", "/m", *vllm_args(plan)])
         assert ns.tensor_parallel_size == plan.settings.tp
         assert ns.pipeline_parallel_size == plan.settings.pp
         if plan.settings.nodes > 1:

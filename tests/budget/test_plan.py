@@ -7,9 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budget.errors import BudgetError
-from budget.options import PlanOptions
-from budget.plan import build_plan
-from budget.profiles import GiB, cpu_has_avx512_bf16
+from budget.flags import vllm_args
+from budget.host import cpu_has_avx512_bf16
+from budget.options import HostFacts, PlanOptions
+from budget.plan_dict import plan_dict
+from budget.planner import build_plan
+from budget.profiles import GiB
 
 
 @settings(max_examples=25, deadline=None)
@@ -39,7 +42,7 @@ def test_components_sum_to_total(model: str, hw: str, seqs: int, chunk: int) -> 
             max_model_len=32768,
         )
     )
-    data = plan.to_dict()
+    data = plan_dict(plan)
     assert sum(data["components"].values()) == data["total_bytes"]
     assert data["usable_bytes"] - data["total_bytes"] == data["headroom_bytes"]
     assert data["fits"] == (data["headroom_bytes"] >= 0 and data["max_concurrency"] >= 1)
@@ -51,7 +54,7 @@ def test_tp2_halves_weights_per_rank() -> None:
     assert two.components["weights.dense_mlp"] * 2 == pytest.approx(
         one.components["weights.dense_mlp"], rel=1e-6
     )
-    assert "--tensor-parallel-size" in two.vllm_args
+    assert "--tensor-parallel-size" in vllm_args(two)
 
 
 def test_fp8_kv_doubles_dense_capacity_at_fixed_pool() -> None:
@@ -96,7 +99,7 @@ def test_utilization_predicts_pool_and_emits_fraction() -> None:
     plan = build_plan(
         PlanOptions(model="llama-3.1-8b", hardware="h200", gpu_memory_utilization=0.5)
     )
-    assert "--gpu-memory-utilization" in plan.vllm_args
+    assert "--gpu-memory-utilization" in vllm_args(plan)
     lower = build_plan(
         PlanOptions(model="llama-3.1-8b", hardware="h200", gpu_memory_utilization=0.4)
     )
@@ -129,7 +132,7 @@ def test_model_dir_uses_vllm_defaults(tmp_path) -> None:  # type: ignore[no-unty
     s = plan.settings
     assert (s.mtp, s.prefix_caching, s.max_model_len) == (0, True, 4096)
     assert (s.max_num_batched_tokens, s.max_num_seqs) == (8192, 1024)  # vLLM's ≥70 GiB defaults
-    assert plan.vllm_args[:2] == ["--model", str(model)]
+    assert vllm_args(plan)[:2] == ["--model", str(model)]
 
 
 def test_undercovered_decode_widths_warn() -> None:
@@ -170,7 +173,14 @@ def test_avx512_bf16_on_a_gpu_plan_is_refused() -> None:
         build_plan(options)
 
 
-def test_a_cpu_plan_defaults_to_this_machines_cpu() -> None:
+@pytest.mark.parametrize("avx", [True, False])
+def test_a_cpu_plan_defaults_to_the_hosts_cpu(avx: bool) -> None:
+    options = PlanOptions(model="qwen3-next-80b-a3b", device="cpu")
+    plan = build_plan(options, HostFacts(cpu_avx512_bf16=avx))
+    assert plan.settings.hardware.cpu_avx512_bf16 is avx
+    assert ("AVX512-BF16" in plan.settings.hardware.description) is avx
+
+
+def test_the_planner_reads_nothing_of_the_host_it_is_not_given() -> None:
     plan = build_plan(PlanOptions(model="qwen3-next-80b-a3b", device="cpu"))
-    assert plan.settings.hardware.cpu_avx512_bf16 is cpu_has_avx512_bf16()
-    assert ("AVX512-BF16" in plan.settings.hardware.description) is cpu_has_avx512_bf16()
+    assert plan.settings.hardware.cpu_avx512_bf16 is False

@@ -6,9 +6,10 @@ import math
 
 import pytest
 
+from budget.flags import vllm_args
 from budget.graphs import seeds_capture_sizes
 from budget.options import PlanOptions
-from budget.plan import build_plan
+from budget.planner import build_plan
 from budget.profiles import GiB
 
 SEED_KV_TOKENS_CHUNK_2048 = 1_282_724
@@ -43,7 +44,7 @@ def test_default_plan_fits_on_dgx_spark(default_plan) -> None:  # type: ignore[n
     assert default_plan.fits
     assert default_plan.settings.hardware.name == "dgx-spark"
     assert default_plan.settings.capture_sizes == (4, 8, 12, 16)
-    assert "--kv-cache-memory-bytes" in default_plan.vllm_args  # UMA: fix the pool
+    assert "--kv-cache-memory-bytes" in vllm_args(default_plan)  # UMA: fix the pool
 
 
 def test_default_plan_within_5_percent_of_seed_kv(default_plan) -> None:  # type: ignore[no-untyped-def]
@@ -62,7 +63,7 @@ def test_bigger_chunk_shrinks_kv_about_as_measured(default_plan) -> None:  # typ
 def test_uma_start_check_passes_with_emitted_fraction(default_plan) -> None:  # type: ignore[no-untyped-def]
     """vLLM refuses to start unless MemAvailable ≥ ceil(total × utilization), even with
     --kv-cache-memory-bytes; on a Spark the default 0.92 would ask for more than is free."""
-    args = default_plan.vllm_args
+    args = vllm_args(default_plan)
     util = float(args[args.index("--gpu-memory-utilization") + 1])
     total = default_plan.settings.hardware.memory_bytes
     available = default_plan.mem_available_at_start_bytes

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from budget.flags import vllm_args
 from budget.options import PlanOptions
-from budget.plan import build_plan
+from budget.planner import build_plan
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def vllm_parser() -> Any:
 )
 def test_args_parse_and_mean_what_the_plan_says(vllm_parser: Any, options: PlanOptions) -> None:
     plan = build_plan(options)
-    ns = vllm_parser.parse_args(["--model", "/m", *plan.vllm_args])
+    ns = vllm_parser.parse_args(["--model", "/m", *vllm_args(plan)])
     s = plan.settings
     assert ns.max_model_len == s.max_model_len
     assert ns.max_num_seqs == s.max_num_seqs

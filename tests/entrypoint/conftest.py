@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from budget.options import PlanOptions
-from budget.plan import Plan, build_plan
+from budget.plan import Plan
+from budget.planner import build_plan
 from entrypoint.console import Console
 
 TINY_KV_BYTES = 256 * 1024**2

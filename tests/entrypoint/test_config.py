@@ -2,13 +2,48 @@ from dataclasses import fields
 
 import pytest
 
-from entrypoint import parsers
+from budget import parsers
+from budget.options import PlanOptions
 from entrypoint.config import OPTIONS, EntrypointConfig, load_config
 from entrypoint.errors import EXIT_BAD_CONFIG, ConfigError
 
 
 def test_every_option_is_a_config_field_and_back():
-    assert [o.field for o in OPTIONS] == [f.name for f in fields(EntrypointConfig)]
+    own = [o.field for o in OPTIONS if not o.planner]
+    assert own == [f.name for f in fields(EntrypointConfig) if f.name != "plan"]
+
+
+def test_planner_options_are_the_plan_options_the_planner_offers_here():
+    planner = {o.field for o in OPTIONS if o.planner}
+    plan_fields = {f.name for f in fields(PlanOptions)}
+    # What the entrypoint detects of the machine, or the planner's what-ifs, are not settings.
+    detected_or_what_if = {"memory_gib", "bandwidth_gbs", "uma", "cpu_avx512_bf16"}
+    assert planner | detected_or_what_if | {"block_size", "draft_vocab"} >= plan_fields - {
+        "ple_hot_fraction",
+        "mtp_acceptance",
+    }
+    assert planner <= plan_fields
+
+
+def test_design_contract_variables_exist():
+    envs = {o.env for o in OPTIONS}
+    for name in (
+        "MODEL",
+        "HARDWARE",
+        "DEVICE",
+        "SERVED_MODEL_NAME",
+        "HOST",
+        "PORT",
+        "CONTROL_PORT",
+        "MAX_MODEL_LEN",
+        "MAX_NUM_SEQS",
+        "MAX_NUM_BATCHED_TOKENS",
+        "MTP",
+        "KV_CACHE_MEMORY_BYTES",
+        "WARMUP",
+        "VLLM_EXTRA_ARGS",
+    ):
+        assert f"SPARKSERVE_{name}" in envs
 
 
 def test_every_option_has_help_and_a_sparkserve_name():
@@ -38,12 +73,12 @@ def test_values_are_parsed_from_the_environment():
             "SPARKSERVE_CUDAGRAPH_CAPTURE_SIZES": "4,8",
         }
     )
-    assert config.kv_cache_memory_bytes == 40 * 1024**3
-    assert config.max_model_len == 32 * 1024
+    assert config.plan.kv_cache_memory_bytes == 40 * 1024**3
+    assert config.plan.max_model_len == 32 * 1024
     assert config.warmup is False
     assert config.vllm_extra_args == ("--enforce-eager", "--seed", "1")
-    assert config.cudagraph_mode == "FULL_DECODE_ONLY"
-    assert config.cudagraph_capture_sizes == (4, 8)
+    assert config.plan.cudagraph_mode == "FULL_DECODE_ONLY"
+    assert config.plan.cudagraph_capture_sizes == (4, 8)
 
 
 def test_a_flag_wins_over_its_variable():

@@ -3,7 +3,7 @@
 import pytest
 
 from budget.options import PlanOptions
-from budget.plan import build_plan
+from budget.planner import build_plan
 from entrypoint.config import load_config
 from entrypoint.gdn import GDN_PREFILL_FLAG, Choice, choose
 from entrypoint.hardware import HostMemory, Machine

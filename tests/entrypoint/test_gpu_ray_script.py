@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from budget.plan import build_plan
+from budget.planner import build_plan
 from entrypoint.config import load_config
 from entrypoint.hardware import HostMemory, Machine
 from entrypoint.planning import build_launch, plan_options

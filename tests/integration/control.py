@@ -60,7 +60,7 @@ def control_registry(
     info = {
         "model": plan.model_name,
         "device": "cpu",
-        "served_model_name": config.served_model_name or "",
+        "served_model_name": config.plan.served_model_name or "",
     }
     return build_registry(plan, watcher, lifecycle, info, read_gpus=gpus, read_host=host_memory)
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from budget.kv import KVCapacity, KVLayout, kv_capacity, kv_layout
 from budget.options import PlanOptions
-from budget.plan import Plan, build_plan, kv_model, kv_settings
+from budget.plan import Plan, kv_model, kv_settings
+from budget.planner import build_plan
 from entrypoint.logscan import LogWatcher, Observed
 from tools.gpu.make_models import write_models
 

@@ -1,7 +1,7 @@
-"""Value parsers for SPARKSERVE_* settings.
+"""Value parsers for the settings of `python -m budget plan` and `python -m entrypoint`.
 
 Each takes the raw string and returns a typed value or raises ValueError whose
-message says what is allowed; `options.Option.read` adds the variable's name.
+message says what is allowed; the caller adds the name of the flag or variable.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def switch(raw: str) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise ValueError("must be on or off")
+    raise ValueError("must be on or off (yes/no, true/false and 1/0 too)")
 
 
 def text(raw: str) -> str:
@@ -136,3 +136,24 @@ def choice(allowed: Sequence[str], *, fold_case: bool = False) -> Callable[[str]
         return value
 
     return parse
+
+
+def positive_number(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("must be a number > 0") from None
+    if not value > 0:
+        raise ValueError("must be a number > 0")
+    return value
+
+
+def share(raw: str) -> float:
+    """A fraction that may be 0: a number in [0, 1]."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("must be a number in [0, 1]") from None
+    if not 0 <= value <= 1:
+        raise ValueError("must be a number in [0, 1]")
+    return value
