@@ -1,14 +1,17 @@
-# syntax=docker/dockerfile:1
-# sparkserve images, one file:
+# sparkserve images, one file (BuildKit's built-in Dockerfile frontend; nothing to pull):
 #   default (last) stage `vllm`: vLLM started by `python3 -m entrypoint`
 #     (budget → vLLM → warm-up → ready; control endpoint :8001 /ready, /metrics);
 #   stage `gateway`: the OpenAI-compatible gateway only (`python3 -m gateway`, :8080).
 # No secrets are baked in: API keys and salts come from the environment at run time.
+# Behind a TLS-intercepting proxy, pip gets that network's CA bundle as the optional build
+# secret `pip_ca` (compose.cpu.yaml passes the host's); it is never kept in a layer.
 #
 # The vLLM base image is pinned per architecture (override with --build-arg):
 #   amd64: vLLM's official CUDA image (x86_64 GPU boxes: H100/H200, RTX 4090/5090/PRO 6000);
 #   arm64: an aarch64 CUDA 13 vLLM image that runs on DGX Spark (GB10, SM 12.1).
 # `docker buildx build --platform linux/arm64 .` on/for a Spark picks the arm64 one.
+# Where no registry answers, compose.cpu.yaml points both at a local CPU vLLM base and the
+# gateway at a local Debian base (tools/docker_bases.sh builds them).
 ARG VLLM_IMAGE_AMD64=vllm/vllm-openai:v0.32.0
 ARG VLLM_IMAGE_ARM64=nvcr.io/nvidia/vllm:25.11-py3
 ARG GATEWAY_BASE_IMAGE=python:3.11.11-slim-bookworm
@@ -36,8 +39,10 @@ COPY bench ./bench
 COPY reliability ./reliability
 
 # --- gateway: small image, no GPU libraries ---------------------------------------------
+# In a venv (first on PATH): Debian's own Python is externally managed, python:slim's is not.
 FROM ${GATEWAY_BASE_IMAGE} AS gateway
-ENV PYTHONUNBUFFERED=1 \
+ENV PATH=/opt/venv/bin:${PATH} \
+    PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     GATEWAY_HOST=0.0.0.0 \
@@ -47,7 +52,10 @@ WORKDIR /opt/sparkserve
 COPY --from=source /opt/sparkserve ./
 ARG SPARKSERVE_UID
 ARG SPARKSERVE_GID
-RUN python3 -m pip install --no-cache-dir . \
+RUN --mount=type=secret,id=pip_ca \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && python3 -m venv /opt/venv \
+    && pip install --no-cache-dir . \
     && groupadd --system --gid "${SPARKSERVE_GID}" gateway \
     && useradd --system --no-log-init --uid "${SPARKSERVE_UID}" --gid "${SPARKSERVE_GID}" \
         --home-dir /var/lib/sparkserve-gateway --create-home --shell /usr/sbin/nologin gateway
@@ -79,11 +87,15 @@ COPY --from=source /opt/sparkserve ./
 # The base image already has vLLM, torch, psutil and nvidia-ml-py: keep its versions.
 # Editable, so the code and budget/profiles/*.toml are read from /opt/sparkserve.
 # The embedded gateway (SPARKSERVE_GATEWAY=embedded) runs in vLLM's process and also needs
-# orjson and pydantic-settings, which not every vLLM image has: installed when missing
+# orjson and pydantic-settings, which not every vLLM image has (nor a CPU base NVML's
+# bindings, which the entrypoint's telemetry imports): installed when missing
 # (neither pulls a newer vLLM dependency; the entrypoint's pre-flight imports the gateway).
 # A stale ~/.cache/huggingface from the base image must not shadow the mounted model.
-RUN python3 -m pip install --no-cache-dir --no-deps --editable . \
+RUN --mount=type=secret,id=pip_ca \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && python3 -m pip install --no-cache-dir --no-deps --editable . \
     && python3 -m pip install --no-cache-dir "orjson>=3.9" "pydantic-settings>=2.3" \
+        "nvidia-ml-py>=12.535" "psutil>=5.9" \
     && rm -rf /root/.cache/huggingface
 # Run without root (GPUs need none: the NVIDIA runtime passes the device nodes in). Every
 # cache the container writes lives under /cache, where compose mounts the vllm-cache volume;

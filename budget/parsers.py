@@ -107,6 +107,14 @@ def text(raw: str) -> str:
     return raw.strip()
 
 
+def word(raw: str) -> str:
+    """One word of letters, digits, `_`, `-` or `.` (a name such as vLLM's load formats)."""
+    value = raw.strip()
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+        raise ValueError("must be one word of letters, digits, '_', '-' or '.'")
+    return value
+
+
 def argv_words(raw: str) -> tuple[str, ...]:
     """Shell words, as `shlex.split` reads them: `--enforce-eager --seed 1`."""
     try:

@@ -71,6 +71,14 @@ SERVING_OPTIONS: tuple[Option, ...] = (
         "profile name: a checkpoint directory or HF repo id.",
         "DIR|REPO",
     ),
+    Option(
+        "load_format",
+        parsers.word,
+        None,
+        "How vLLM loads the weights (vLLM --load-format: auto, safetensors, dummy = random "
+        "weights, no files needed, …). Unset: vLLM's default (auto).",
+        "FORMAT",
+    ),
     Option("host", parsers.text, "0.0.0.0", "Address vLLM's OpenAI server listens on.", "ADDR"),
     Option("port", parsers.port, 8000, "Port of vLLM's OpenAI server.", "PORT"),
     Option(
@@ -168,6 +176,7 @@ class EntrypointConfig:
 
     plan: PlanOptions
     weights: str | None
+    load_format: str | None
     host: str
     port: int
     control_port: int

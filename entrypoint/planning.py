@@ -99,6 +99,8 @@ def _model_args(config: EntrypointConfig, plan: Plan) -> list[str]:
 
 def _serving_args(config: EntrypointConfig) -> list[str]:
     args = ["--host", config.host, "--port", str(config.port)]
+    if config.load_format is not None:
+        args += ["--load-format", config.load_format]
     return args + middleware_args(config)
 
 

@@ -80,7 +80,9 @@ class GatewaySettings(BaseSettings):
     host: str = Field("0.0.0.0", description="address to listen on")
     port: int = Field(8080, ge=1, le=65535, description="port to listen on")
     api_keys: SecretStr = Field(SecretStr(""), description="comma list of `key` or `tenant:key`")
-    api_keys_file: Path | None = Field(None, description="file with one `key`/`tenant:key` a line")
+    api_keys_file: Path | None = Field(
+        None, description="file with one `key`/`tenant:key` a line (or a comma list)"
+    )
     auth: OnOff = Field("on", description="require an API key on /v1 routes and /tokenize")
     layout: OnOff = Field("on", description="prefix-stable rewrite of chat requests")
     control_url: str | None = Field(None, description="entrypoint control URL (/ready, /metrics)")

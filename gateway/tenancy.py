@@ -86,8 +86,16 @@ def read_key_entries(settings: GatewaySettings) -> list[str]:
             text = settings.api_keys_file.read_text()
         except OSError as exc:
             raise ConfigError(f"GATEWAY_API_KEYS_FILE: cannot read ({exc.strerror})") from None
+        # One entry a line, or a comma list (what a compose secret made from
+        # GATEWAY_API_KEYS holds); `#` starts a comment line.
         lines = (line.strip() for line in text.splitlines())
-        entries += [line for line in lines if line and not line.startswith("#")]
+        entries += [
+            part.strip()
+            for line in lines
+            if not line.startswith("#")
+            for part in line.split(",")
+            if part.strip()
+        ]
     return entries
 
 

@@ -1,9 +1,12 @@
 import dataclasses
 import sys
 
+import pytest
+
 from budget.flags import vllm_args
 from entrypoint.calibration import render
 from entrypoint.config import load_config
+from entrypoint.errors import ConfigError
 from entrypoint.hardware import HostMemory, Machine
 from entrypoint.logscan import Observed
 from entrypoint.planning import (
@@ -98,3 +101,15 @@ def test_decode_widths_spread_when_large():
 def test_long_prompt_spans_several_chunks_within_the_context():
     assert long_prompt_tokens(Shape(4096, 4, 512, 0)) == 1280
     assert long_prompt_tokens(Shape(1000, 4, 512, 0)) == 998
+
+
+def test_load_format_reaches_vllm_only_when_set(tiny_plan):
+    dummy = build_launch(load_config({"SPARKSERVE_LOAD_FORMAT": "dummy"}), tiny_plan)
+    args = list(dummy.planned_args)
+    assert args[args.index("--load-format") + 1] == "dummy"
+    assert "--load-format" not in build_launch(load_config({}), tiny_plan).planned_args
+
+
+def test_a_load_format_of_several_words_is_refused():
+    with pytest.raises(ConfigError, match="SPARKSERVE_LOAD_FORMAT='dummy --x': must be one word"):
+        load_config({"SPARKSERVE_LOAD_FORMAT": "dummy --x"})

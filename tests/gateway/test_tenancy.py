@@ -55,6 +55,13 @@ def test_keys_file_joins_env_list(tmp_path: Path, make_settings: MakeSettings) -
     assert entries == ["alice:ka", "carol:kc", "kd"]
 
 
+def test_keys_file_may_hold_a_comma_list(tmp_path: Path, make_settings: MakeSettings) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("carol:kc, dave:kd\n")  # as a compose secret made from GATEWAY_API_KEYS
+    entries = read_key_entries(make_settings(api_keys="", api_keys_file=keys))
+    assert entries == ["carol:kc", "dave:kd"]
+
+
 def test_salts_isolate_tenants_and_respect_vllm_rules() -> None:
     salts = SaltMaker(b"secret", {})
     alice, bob = salts.salt_for("alice"), salts.salt_for("bob")
