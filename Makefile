@@ -52,7 +52,7 @@ docs: $(VENV)/.base-stamp ## Regenerate the README and docs/budget.md blocks mad
 	$(PY) -m tools.readme_blocks --write
 
 tiny-model: $(VENV)/.test-stamp ## Write the tiny test model to run/tiny-model (KIND=dense|gqa|moe|hybrid|hybrid-mtp)
-	$(PY) -m tools.tiny_model run/tiny-model --kind $(or $(KIND),dense)
+	$(PY) -m entrypoint.tiny_model run/tiny-model --kind $(or $(KIND),dense)
 
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis run
@@ -97,12 +97,8 @@ up: .env ## docker compose up: vLLM (entrypoint), gateway, Prometheus, Grafana (
 	GRAFANA_ADMIN_PASSWORD="$(call SECRET,GRAFANA_ADMIN_PASSWORD,.env,grafana-admin-password)" \
 	$(call SERVICE_ENVS,.env) $(COMPOSE) --profile grafana up -d --build
 
-$(VENV)/.tiny-stamp: $(VENV)/.base-stamp
-	$(PIP) install -q "tokenizers>=0.19"
-	touch $@
-
-$(CPU_MODEL_DIR)/config.json: | $(VENV)/.tiny-stamp
-	$(PY) -m tools.tiny_model $(CPU_MODEL_DIR) --kind dense
+$(CPU_MODEL_DIR)/config.json: | $(VENV)/.base-stamp
+	$(PY) -m entrypoint.tiny_model $(CPU_MODEL_DIR) --kind dense
 
 $(CPU_ENV): | $(CPU_MODEL_DIR)/config.json
 	$(PY) -m budget plan --model $(CPU_MODEL_DIR) --device cpu $(CPU_PLAN_ARGS) --format env > $@ \

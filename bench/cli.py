@@ -14,7 +14,7 @@ from bench.conditions import parse_overrides, split_args
 from bench.errors import BenchError
 from bench.rundir import RunDir
 from bench.scale import SCALES, get_scale
-from tools.sigterm import run_interruptible
+from entrypoint.interrupt import run_interruptible
 
 EXIT_OK = 0
 EXIT_REQUEST_ERRORS = 1

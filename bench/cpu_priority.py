@@ -44,9 +44,9 @@ from bench.launcher import free_port, vllm_server_argv
 from bench.proxies import wait_ready
 from bench.schedwait import run_queue_wait
 from bench.stats import percentile
+from entrypoint.interrupt import run_interruptible
 from entrypoint.priority import autogroup_enabled, autogroup_nice, set_autogroup_nice
-from tools.sigterm import run_interruptible
-from tools.tiny_model import TINY_SERVE_ARGS, write_tiny_model
+from entrypoint.tiny_model import TINY_SERVE_ARGS, write_tiny_model
 
 MODEL = TINY_SERVE_ARGS[TINY_SERVE_ARGS.index("--served-model-name") + 1]
 START_TIMEOUT_SECONDS = 600.0

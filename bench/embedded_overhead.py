@@ -40,9 +40,9 @@ from bench.launcher import free_port, vllm_server_argv
 from bench.proxies import wait_ready
 from bench.spin_embedded import MIDDLEWARE as SPIN_MIDDLEWARE
 from entrypoint.child import RPC_ENV
+from entrypoint.interrupt import run_interruptible
 from entrypoint.priority import lower_priority
-from tools.sigterm import run_interruptible
-from tools.tiny_model import write_tiny_model
+from entrypoint.tiny_model import write_tiny_model
 
 VLLM_NICE = 10
 VLLM_ARGS = (

@@ -90,8 +90,8 @@ from bench.spin_embedded import PROBE_PATH
 from bench.spin_embedded import SPIN_HEADER as SPIN_HEADER_BYTES
 from bench.spin_embedded import TURN_HEADER as TURN_HEADER_BYTES
 from bench.synthetic_sse import DONE, install_uvloop
+from entrypoint.interrupt import run_interruptible
 from gateway.prepare import request_usage
-from tools.sigterm import run_interruptible
 
 CONCURRENCY = (1, 8, 32)
 CPU_COST_EVENTS = (2, 64)

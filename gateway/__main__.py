@@ -1,5 +1,6 @@
 """`python -m gateway`: serve the gateway with uvicorn (uvloop/httptools when present).
 
+`--help` lists every GATEWAY_* setting; settings come only from the environment.
 Bad configuration prints one line on stderr and exits 2, never a traceback.
 SIGTERM or SIGINT shut it down gracefully (in-flight streams finish or are cut at
 uvicorn's shutdown) and it exits 0: uvicorn on its own re-raises the signal after a
@@ -22,6 +23,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.errors import ConfigError
 from gateway.settings import load_settings
+from gateway.usage import usage
 
 EXIT_BAD_CONFIG = 2
 
@@ -56,7 +58,18 @@ class GracefulServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args in (["--help"], ["-h"]):
+        print(usage())
+        return 0
+    if args:
+        print(
+            f"gateway: unknown arguments {' '.join(args)!r}; settings are GATEWAY_* "
+            "environment variables (python -m gateway --help lists them)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_CONFIG
     try:
         settings = load_settings()
         app = create_app(settings)

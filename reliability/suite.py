@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import psutil
 
+from entrypoint.tiny_model import write_tiny_model
 from reliability import cases_faults, cases_hostile, cases_load, deps
 from reliability.context import Ctx
 from reliability.report import FAIL, PASS, SKIP, CaseResult, RunMeta
 from reliability.stack import ROOT, Stack, StackError
-from tools.tiny_model import write_tiny_model
 
 Case = Callable[[Ctx], Awaitable[CaseResult]]
 # Order matters: hostile input and isolation on a fresh stack, load next, then the faults

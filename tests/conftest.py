@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from entrypoint.tiny_model import TINY_SERVE_ARGS, write_tiny_model
 from tests.termination import pytest_configure  # noqa: F401  (SIGTERM tears down)
 from tests.vllm_proc import VLLMServer
-from tools.tiny_model import TINY_SERVE_ARGS, write_tiny_model
 
 # The flags the shared server runs with: prefix caching (vLLM's default) and the
 # usage details the gateway reads (`prompt_tokens_details.cached_tokens`).

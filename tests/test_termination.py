@@ -1,5 +1,5 @@
 """SIGTERM to a pytest run tears its session down (tests/termination.py, on
-tools/sigterm.py): a child process a session fixture started is stopped, as the
+entrypoint/interrupt.py): a child process a session fixture started is stopped, as the
 shared vLLM is; the reliability CLI reports the interruption."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from tools.tiny_model import write_tiny_model
+from entrypoint.tiny_model import write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS_DIR = ROOT / "prometheus"

@@ -28,8 +28,8 @@ import pytest
 
 from budget.host import cpu_has_avx512_bf16
 from budget.kv import KVModel, KVSettings, format_kv_log_line, kv_capacity, kv_layout
+from entrypoint.tiny_model import config_for, write_tiny_model
 from tests.vllm_proc import STARTUP_TIMEOUT_S, free_port, vllm_command, vllm_env
-from tools.tiny_model import config_for, write_tiny_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cpu_kv"
 MAX_POSITION = 8192

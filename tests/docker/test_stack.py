@@ -120,6 +120,14 @@ def test_every_container_runs_as_a_non_root_uid(stack: st.Stack) -> None:
         assert uid.strip().isdigit() and int(uid) != 0, (container["Service"], uid)
 
 
+@pytest.mark.parametrize("service", ["vllm", "gateway"])
+def test_every_shipped_command_answers_help_in_the_images(stack: st.Stack, service: str) -> None:
+    for command in ("budget plan", "entrypoint", "gateway", "bench", "reliability"):
+        argv = ["exec", "-T", "-w", "/", service, "python3", "-m", *command.split(), "--help"]
+        result = st.compose(stack.env, *argv)
+        assert result.returncode == 0 and "usage:" in result.stdout, (command, result.stderr)
+
+
 def test_the_model_is_mounted_read_only(stack: st.Stack) -> None:
     (vllm,) = [
         c for c in _inspect(stack) if c["Config"]["Labels"]["com.docker.compose.service"] == "vllm"

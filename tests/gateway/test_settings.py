@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.settings import load_settings
+from gateway.settings import GatewaySettings, load_settings
 from tests.gateway.conftest import MakeSettings
 
 
@@ -218,3 +219,24 @@ def test_idle_client_connections_close_after_the_keepalive_setting(tmp_path: Pat
 
 def test_by_default_an_idle_connection_outlives_httpx_expiry(tmp_path: Path) -> None:
     assert _idle_seconds_until_closed(None, tmp_path, wait_s=6.0) is None
+
+
+def test_help_lists_every_setting_with_nothing_set() -> None:
+    env = {"PATH": os.environ["PATH"]}  # no GATEWAY_* at all
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "--help"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    listed = set(re.findall(r"^  (GATEWAY_[A-Z0-9_]+) \[", result.stdout, re.M))
+    assert listed == {f"GATEWAY_{name.upper()}" for name in GatewaySettings.model_fields}
+    assert "GATEWAY_UPSTREAM_URL [required]" in result.stdout
+
+
+def test_arguments_other_than_help_are_refused_in_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "--port", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "GATEWAY_*" in result.stderr

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from entrypoint.nvml import GpuReading
 from entrypoint.state import Lifecycle
+from entrypoint.tiny_model import write_tiny_model
 from gateway.app import create_app
 from gateway.settings import load_settings
 from tests.conftest import SHARED_SERVER_ARGS
@@ -40,7 +41,6 @@ from tests.integration.dashboards import (
 from tests.integration.prom import Prometheus, finite_values
 from tests.vllm_proc import VLLMServer, free_port
 from tools.demo import prometheus_config
-from tools.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.vllm
 

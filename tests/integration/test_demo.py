@@ -8,9 +8,9 @@ import sys
 import pytest
 import yaml
 
+from entrypoint.tiny_model import write_tiny_model
 from tests.integration.promtool import promtool
 from tools import demo
-from tools.tiny_model import write_tiny_model
 
 HOSTS = {"vllm": ["127.0.0.1:1"], "entrypoint": ["127.0.0.1:2"], "gateway": ["127.0.0.1:3"]}
 

@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tools.tiny_model import _tokenizer_config, _tokenizer_json
+from entrypoint.tiny_model import _tokenizer_config, _tokenizer_json
 
 PROFILES = Path(__file__).resolve().parents[2] / "budget" / "profiles" / "models"
 # name → (profile, layer override or None)

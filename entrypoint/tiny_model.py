@@ -6,7 +6,7 @@ Qwen layout).  vLLM fills the weights with random values, so the text is
 gibberish, but every code path (scheduler, KV cache, prefix caching, metrics)
 is the real one.
 
-    python -m tools.tiny_model OUT_DIR [--kind dense|gqa|moe|hybrid|hybrid-mtp]
+    python -m entrypoint.tiny_model OUT_DIR [--kind dense|gqa|moe|hybrid|hybrid-mtp]
 """
 
 from __future__ import annotations
