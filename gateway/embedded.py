@@ -267,7 +267,7 @@ class EmbeddedGateway:
         between two runs of vLLM's handler (its template, tokenizer, engine call), which
         leave little of the gateway's code and data in the CPU's caches: timed on vLLM's
         loop under load, the same preparation took about twice what it takes in a hot
-        loop (docs/gateway.md, "sixth run" and "tenth run").  A request alone waits one
+        loop (docs/gateway.md, "Embedded in vLLM").  A request alone waits one
         turn (µs) more."""
         await asyncio.sleep(0)
 

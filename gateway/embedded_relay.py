@@ -63,10 +63,9 @@ class Relay:
                 ):
                     # The hot path, every token event on vLLM's loop: `observer.observe`'s
                     # timing of a token event inlined, which takes ~1.7 µs (~14 %) off what
-                    # the gateway costs vLLM's API server per event under load
-                    # (docs/gateway.md, "eleventh look"); its test holds the two to the same
-                    # figures.  The usage chunk the gateway asked for, [DONE] and anything
-                    # else go through `observe`.
+                    # the gateway costs vLLM's API server per event under load; its test
+                    # holds the two to the same figures.  The usage chunk the gateway
+                    # asked for, [DONE] and anything else go through `observe`.
                     if b'"usage"' not in chunk and not chunk.startswith(DONE_EVENT):
                         now = time.monotonic()
                         last = observer.last_event_at

@@ -139,7 +139,7 @@ class Preparer:
         """The messages and tools to send, and the request's prefix divergence to note
         once the gateway is through with it: the forward does not wait for it, and on
         vLLM's loop (the embedded gateway) every µs before the handover delays the
-        burst's first tokens (docs/gateway.md, "sixth run")."""
+        burst's first tokens."""
         sent = body
         if self.layout_enabled and (request.header(LAYOUT_HEADER) or "").lower() != "off":
             sent, report = rewrite_chat(body, self.matcher)
