@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import HistogramMetricFamily
-from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.values import MutexValue
 
-T = TypeVar("T")
 TTFT_BUCKETS_SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
 ITL_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5)
 E2E_BUCKETS_SECONDS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
@@ -64,129 +61,127 @@ class EventHistogram(Collector):
         yield family
 
 
-def _memoised(metric: Any, labelvalues: tuple[Any, ...], make: Callable[..., T]) -> T:
-    """The child `make(*labelvalues)` made the first time, kept on `metric` after."""
-    memo: dict[tuple[Any, ...], T] | None = metric.__dict__.get("_memo")
-    if memo is None:
-        memo = metric.__dict__["_memo"] = {}
-    child = memo.get(labelvalues)
-    if child is None:
-        child = memo[labelvalues] = make(*labelvalues)
-    return child
+class LoopChild:
+    """One series of a `LoopMetric`: a float updated in place (no lock: written only
+    from the event loop; a scrape from another thread reads a whole float either way)."""
 
+    __slots__ = ("_counter", "value")
 
-class LoopValue:
-    """prometheus_client's `MutexValue` without the mutex, for values written only
-    from the gateway's event-loop thread (a scrape from another thread reads a whole
-    float either way).  `inc` and `set` are then an attribute update instead of a
-    lock round trip, several times per request."""
-
-    __slots__ = ("_exemplar", "_value")
-
-    def __init__(self) -> None:
-        self._value = 0.0
-        self._exemplar: Any = None
-
-    def inc(self, amount: float) -> None:
-        self._value += amount
-
-    def set(self, value: float, timestamp: float | None = None) -> None:
-        self._value = value
-
-    def set_exemplar(self, exemplar: Any) -> None:
-        self._exemplar = exemplar
-
-    def get(self) -> float:
-        return self._value
-
-    def get_exemplar(self) -> Any:
-        return self._exemplar
-
-
-def _loop_value(metric: Any) -> None:
-    """Swap the value of an observable metric for a `LoopValue`, except in
-    prometheus_client's multiprocess mode, whose values live in shared files."""
-    if isinstance(metric._value, MutexValue):
-        metric._value = LoopValue()
-
-
-class _LoopMetric(MetricWrapperBase):
-    """What `MemoCounter` and `MemoGauge` share: each labelled child kept after its
-    first `.labels(...)` (the library validates the values and takes a lock on every
-    call, and the gateway makes several per request; label values are bounded, module
-    docstring, so the memo is too) and a `LoopValue` (they are only updated on the
-    event loop)."""
-
-    def _metric_init(self) -> None:
-        super()._metric_init()  # type: ignore[no-untyped-call]  # Counter's or Gauge's, typed
-        _loop_value(self)
-
-    def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Self:
-        if labelkwargs:
-            return super().labels(*labelvalues, **labelkwargs)
-        return _memoised(self, labelvalues, super().labels)
-
-    def _direct_value(self) -> LoopValue | None:
-        """The value to update directly; None where the library must check the call
-        (a labelled parent, which has no value, or multiprocess mode)."""
-        value = self.__dict__.get("_value")
-        return value if isinstance(value, LoopValue) else None
-
-
-class MemoCounter(_LoopMetric, Counter):
-    """prometheus_client's `Counter` as `_LoopMetric`; misuse (a labelled parent, a
-    negative amount) still raises the library's errors."""
-
-    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
-        value = self._direct_value()
-        if value is None or amount < 0 or exemplar is not None:
-            super().inc(amount, exemplar)
-        else:
-            value.inc(amount)
-
-
-class MemoGauge(_LoopMetric, Gauge):
-    """prometheus_client's `Gauge` as `_LoopMetric`."""
+    def __init__(self, counter: bool) -> None:
+        self._counter = counter
+        self.value = 0.0
 
     def inc(self, amount: float = 1) -> None:
-        value = self._direct_value()
-        if value is None or self._is_most_recent:
-            super().inc(amount)
-        else:
-            value.inc(amount)
+        if self._counter and amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self.value += amount
 
     def dec(self, amount: float = 1) -> None:
-        value = self._direct_value()
-        if value is None or self._is_most_recent:
-            super().dec(amount)
-        else:
-            value.inc(-amount)
+        if self._counter:
+            raise ValueError("Counters can only be incremented, never decremented.")
+        self.value -= amount
+
+    def set(self, value: float) -> None:
+        if self._counter:
+            raise ValueError("Counters can only be incremented, never set.")
+        self.value = float(value)
+
+
+class LoopMetric(Collector):
+    """A counter or gauge family updated from the gateway's event loop only, a custom
+    `Collector` (prometheus_client's public API) over plain floats: `labels(...)` is a
+    dict lookup and `inc` an addition, where the library's `Counter` validates the
+    label values and takes a lock on every call, several times per request.  Exposition
+    is the library's but for the `_created` series."""
+
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        documentation: str,
+        labelnames: tuple[str, ...] = (),
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if kind not in ("counter", "gauge"):
+            raise ValueError(f"kind={kind!r}; must be counter or gauge")
+        self.kind = kind
+        self.name = name.removesuffix("_total") if kind == "counter" else name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._children: dict[tuple[Any, ...], tuple[tuple[str, ...], LoopChild]] = {}
+        if not self.labelnames:
+            self._children[()] = ((), LoopChild(kind == "counter"))
+        if registry is not None:
+            registry.register(self)
+
+    def labels(self, *labelvalues: Any) -> LoopChild:
+        found = self._children.get(labelvalues)
+        if found is None:
+            if len(labelvalues) != len(self.labelnames) or not self.labelnames:
+                raise ValueError(
+                    f"{self.name}: {len(labelvalues)} label values given for "
+                    f"labels {list(self.labelnames)}"
+                )
+            found = (tuple(str(v) for v in labelvalues), LoopChild(self.kind == "counter"))
+            self._children[labelvalues] = found
+        return found[1]
+
+    def _unlabelled(self) -> LoopChild:
+        if self.labelnames:
+            raise ValueError(f"{self.name} has labels {list(self.labelnames)}: use .labels(...)")
+        return self._children[()][1]
+
+    def inc(self, amount: float = 1) -> None:
+        self._unlabelled().inc(amount)
+
+    def dec(self, amount: float = 1) -> None:
+        self._unlabelled().dec(amount)
+
+    def set(self, value: float) -> None:
+        self._unlabelled().set(value)
+
+    def _family(self) -> CounterMetricFamily | GaugeMetricFamily:
+        if self.kind == "counter":
+            return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        return GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def describe(self) -> list[CounterMetricFamily | GaugeMetricFamily]:
+        return [self._family()]
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        family = self._family()
+        for labels, child in list(self._children.values()):
+            family.add_metric(list(labels), child.value)
+        yield family
 
 
 @dataclass(frozen=True)
 class GatewayMetrics:
-    requests: Counter
-    in_flight: Gauge
+    requests: LoopMetric
+    in_flight: LoopMetric
     concurrency_limit: Gauge
     queue_wait: EventHistogram
     ttft: EventHistogram
     inter_token_latency: EventHistogram
     e2e_latency: EventHistogram
-    prompt_tokens: Counter
-    completion_tokens: Counter
-    cached_prompt_tokens: Counter
-    upstream_errors: Counter
-    rejected: Counter
-    layout_rewrites: Counter
-    prefix_divergence: Counter
-    upstream_in_flight: Gauge
-    upstream_requests: Counter
-    upstream_healthy: Gauge
+    prompt_tokens: LoopMetric
+    completion_tokens: LoopMetric
+    cached_prompt_tokens: LoopMetric
+    upstream_errors: LoopMetric
+    rejected: LoopMetric
+    layout_rewrites: LoopMetric
+    prefix_divergence: LoopMetric
+    upstream_in_flight: LoopMetric
+    upstream_requests: LoopMetric
+    upstream_healthy: LoopMetric
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> GatewayMetrics:
-        def counter(name: str, doc: str, *labels: str) -> Counter:
-            return MemoCounter(name, doc, labels, registry=registry)
+        def counter(name: str, doc: str, *labels: str) -> LoopMetric:
+            return LoopMetric("counter", name, doc, labels, registry)
+
+        def gauge(name: str, doc: str, *labels: str) -> LoopMetric:
+            return LoopMetric("gauge", name, doc, labels, registry)
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> EventHistogram:
             return EventHistogram(name, doc, buckets, registry)
@@ -198,9 +193,7 @@ class GatewayMetrics:
                 "route",
                 "status_class",
             ),
-            in_flight=MemoGauge(
-                "gateway_in_flight", "Requests holding an admission slot.", registry=registry
-            ),
+            in_flight=gauge("gateway_in_flight", "Requests holding an admission slot."),
             concurrency_limit=Gauge(
                 "gateway_concurrency_limit",
                 "Current global concurrency limit (lowered by the thermal guard).",
@@ -252,11 +245,10 @@ class GatewayMetrics:
                 "Consecutive requests of a session whose prefix broke, by first segment.",
                 "segment",
             ),
-            upstream_in_flight=MemoGauge(
+            upstream_in_flight=gauge(
                 "gateway_upstream_in_flight",
                 "Requests sent to a vLLM replica and not finished.",
-                ["replica"],
-                registry=registry,
+                "replica",
             ),
             upstream_requests=counter(
                 "gateway_upstream_requests_total",
@@ -264,11 +256,10 @@ class GatewayMetrics:
                 "replica",
                 "outcome",
             ),
-            upstream_healthy=MemoGauge(
+            upstream_healthy=gauge(
                 "gateway_upstream_healthy",
                 "1 while a replica is healthy (last /health or connection), else 0.",
-                ["replica"],
-                registry=registry,
+                "replica",
             ),
         )
 
