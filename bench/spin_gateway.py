@@ -4,9 +4,9 @@ CPU on every proxied request.  A calibration tool, never a way to serve.
 `bench.gateway_overhead --spin 100,300` races such gateways beside the real one to
 measure how much a microsecond of per-request gateway CPU costs in TTFT on this machine
 (docs/gateway.md, "Overhead").  The extra work is a busy loop on the thread's own CPU
-clock at the start of each proxied request (`FastRoutes.serve`, which the front
-protocol and the ASGI app both call), so it adds that much CPU whether or not the
-process is preempted meanwhile, and nothing else changes.
+clock when each proxied response starts (`ProxyResponse.__call__`, before it forwards),
+so it adds that much CPU whether or not the process is preempted meanwhile, and nothing
+else changes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway import __main__ as gateway_main
-from gateway.fastroutes import FastRoutes
+from gateway.proxy import ProxyResponse
 
 ENV = "BENCH_SPIN_US"
 MAX_SPIN_US = 100_000
@@ -33,13 +33,13 @@ def spin(microseconds: float) -> None:
 
 def install(microseconds: float) -> None:
     """Make every gateway app of this process spin `microseconds` per proxied request."""
-    original = FastRoutes.serve
+    original = ProxyResponse.__call__
 
-    async def serve(self: FastRoutes, *args: Any, **kwargs: Any) -> None:
+    async def serve(self: ProxyResponse, *args: Any, **kwargs: Any) -> None:
         spin(microseconds)
         await original(self, *args, **kwargs)
 
-    FastRoutes.serve = serve  # type: ignore[method-assign]
+    ProxyResponse.__call__ = serve  # type: ignore[method-assign]
 
 
 def spin_from_env(environ: Mapping[str, str]) -> float:

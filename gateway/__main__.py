@@ -9,14 +9,12 @@ graceful shutdown, so `docker stop` would show exit code 143 for a clean stop.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib.util
 import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import uvicorn
 
@@ -30,15 +28,6 @@ EXIT_BAD_CONFIG = 2
 
 def _fastest(module: str, preferred: str, fallback: str) -> str:
     return preferred if importlib.util.find_spec(module) is not None else fallback
-
-
-def _http(app: Any) -> type[asyncio.Protocol] | str:
-    """The front protocol (gateway/front.py), which is uvicorn's httptools one."""
-    if importlib.util.find_spec("httptools") is None:
-        return "h11"
-    from gateway.front import http_protocol
-
-    return http_protocol(app)
 
 
 class GracefulServer(uvicorn.Server):
@@ -81,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         host=settings.host,
         port=settings.port,
         loop=_fastest("uvloop", "uvloop", "asyncio"),
-        http=_http(app),
+        http=_fastest("httptools", "httptools", "h11"),
         log_level=settings.log_level,
         access_log=settings.access_log == "on",
         # The client address from X-Forwarded-For is only used by the access log;

@@ -20,12 +20,10 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from gateway.admission import Admission, AdmissionLimits
 from gateway.divergence import DivergenceTracker
 from gateway.errors import ConfigError, GatewayError, MethodNotAllowed, NotFound, error_response
-from gateway.fastroutes import FastRoutes
 from gateway.layout import VolatileMatcher
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import HeaderLimits, RequestMetrics, rejection_reason
@@ -54,22 +52,6 @@ JSON_ROUTES = (
     "/tokenize",
 )
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-class GatewayApp(FastAPI):
-    """FastAPI whose proxied routes are served by `FastRoutes` before Starlette's stack
-    (gateway/fastroutes.py says why); every other request takes the usual path."""
-
-    fast_routes: FastRoutes | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        fast = self.fast_routes
-        if fast is not None and scope["type"] == "http":
-            path = fast.match(scope)
-            if path is not None:
-                await fast.serve(path, scope, receive, send)
-                return
-        await super().__call__(scope, receive, send)
 
 
 def _settings_from_env() -> GatewaySettings:
@@ -173,14 +155,13 @@ def create_app(
         threshold_celsius=settings.thermal_threshold_celsius,
         fraction=settings.thermal_concurrency_fraction,
     )
-    app = GatewayApp(
+    app = FastAPI(
         title="sparkserve gateway",
         docs_url=None,
         redoc_url=None,
         lifespan=_lifespan(client, upstream, settings, guard),
     )
     _add_routes(app, preparer, deps)
-    app.fast_routes = FastRoutes(JSON_ROUTES, preparer, deps)
     Probes(settings, client, registry, replicas).add_to(app)
     _add_error_handlers(app, metrics)
     app.add_middleware(HeaderLimits, metrics=metrics)

@@ -70,9 +70,6 @@ class HttpxResponse:
         while (chunk := await self.next_chunk()) is not None:
             yield chunk
 
-    def ended(self) -> bool:
-        return False  # not tracked: the relay sends the end on its own
-
     async def next_chunk(self) -> bytes | None:
         if self._raw is None:
             self._raw = self._response.aiter_raw()
@@ -135,9 +132,6 @@ class AiohttpResponse:
         while (chunk := await self.next_chunk()) is not None:
             yield chunk
 
-    def ended(self) -> bool:
-        return False  # not tracked: the relay sends the end on its own
-
     async def next_chunk(self) -> bytes | None:
         try:
             return await self._response.content.readany() or None
@@ -185,13 +179,21 @@ class AiohttpUpstream:
     async def send(
         self, method: str, url: str, headers: list[tuple[str, str]], body: bytes | None
     ) -> AiohttpResponse:
-        try:
-            response = await self._open().request(
-                method, url, data=body, headers=headers, allow_redirects=False
-            )
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise translate_aiohttp(exc, self._retry_after) from None
-        return AiohttpResponse(response, self._retry_after)
+        """Send once more on a fresh connection when the server closed a pooled one
+        before answering (a keep-alive race, or a replica that died): no byte of an
+        answer came, so vLLM has nothing to abort.  A second close means it is down."""
+        for attempt in (1, 2):
+            try:
+                response = await self._open().request(
+                    method, url, data=body, headers=headers, allow_redirects=False
+                )
+                return AiohttpResponse(response, self._retry_after)
+            except aiohttp.ServerDisconnectedError:
+                if attempt == 2:
+                    raise unavailable(self._retry_after) from None
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise translate_aiohttp(exc, self._retry_after) from None
+        raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
         if self._session is not None:

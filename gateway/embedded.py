@@ -59,7 +59,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.app import JSON_ROUTES, admission_of, preparer_of
 from gateway.embedded_relay import Relay
 from gateway.errors import ConfigError, GatewayError, NotFound, Overloaded
-from gateway.fastroutes import RequestCount, route_table
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import (
     CLIENT_CLOSED_STATUS,
@@ -70,6 +69,7 @@ from gateway.middleware import (
 )
 from gateway.prepare import Incoming, Preparer
 from gateway.proxy import Forward
+from gateway.routes import RequestCount, route_table
 from gateway.settings import GatewaySettings, load_settings
 from gateway.thermal import ThermalGuard
 

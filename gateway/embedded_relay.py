@@ -14,9 +14,9 @@ from typing import Any
 
 from starlette.types import Message, Send
 
-from gateway.fastroutes import RequestCount
 from gateway.metrics import GatewayMetrics
 from gateway.proxy import Forward, record_finish, usage_of
+from gateway.routes import RequestCount
 from gateway.sse import DONE_EVENT, EventSplitter, StreamObserver
 
 

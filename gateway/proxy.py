@@ -89,15 +89,11 @@ def _no_status(status: int) -> None:
     pass
 
 
-# Writes one body chunk of the started response now, or returns False (send it instead).
-DirectWrite = Callable[[bytes], bool]
-
-
 class ProxyResponse(Response):
     """An ASGI response that performs the upstream exchange when it is sent.
 
     `on_status` is called with the status code just before the response starts
-    (the fast routes count requests with it instead of wrapping `send`)."""
+    (the embedded gateway counts requests with it instead of wrapping `send`)."""
 
     def __init__(
         self, deps: ProxyDeps, forward: Forward, on_status: Callable[[int], None] = _no_status
@@ -108,7 +104,6 @@ class ProxyResponse(Response):
         self.background = None
         self.on_status = on_status
         self._complete = False  # the final body message is being (or was) sent
-        self._direct: DirectWrite | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # One plain task watches for the client leaving and cancels this one: cheaper
@@ -123,16 +118,9 @@ class ProxyResponse(Response):
         finally:
             watcher.cancel()
 
-    async def serve_cancellable(
-        self, send: Send, client_left: Callable[[], bool], direct: DirectWrite | None = None
-    ) -> None:
+    async def serve_cancellable(self, send: Send, client_left: Callable[[], bool]) -> None:
         """Serve the response; whoever sees the client leave cancels this task, and
-        `client_left()` then says so (a cancellation from anywhere else propagates).
-
-        `direct` (the front's `write_chunk`) writes one chunk of the started response
-        to the client at once, or says False: with it, token events are relayed from
-        the upstream read callback instead of through this task (see `_relay_events`)."""
-        self._direct = direct
+        `client_left()` then says so (a cancellation from anywhere else propagates)."""
         try:
             await self._admit_and_serve(send)
         except asyncio.CancelledError:
@@ -250,43 +238,19 @@ class ProxyResponse(Response):
         splitter = EventSplitter()
         self.on_status(response.status)
         await send(self._start(response))
-        last = b""
-        holding = False  # this task has a chunk it has not written yet
-        write, relay = self._direct, getattr(response, "relay", None)
-        if write is not None and relay is not None:
-
-            def passed_on(chunk: bytes) -> bool:
-                """The direct path, from the upstream read callback: a chunk of whole
-                plain token events, while this task holds nothing, goes to the client
-                as it is (order kept: anything else, and all after it, waits for the
-                task)."""
-                if holding or not splitter.idle or not plain_events(chunk) or not write(chunk):
-                    return False
-                observer.tick(chunk.count(b"\n\n"))
-                return True
-
-            relay(passed_on)
         try:
             while (chunk := await response.next_chunk()) is not None:
-                holding = True
                 if splitter.idle and plain_events(chunk):
                     observer.tick(chunk.count(b"\n\n"))  # forwarded untouched
                     out = chunk
                 else:
                     out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
-                if response.ended():  # vLLM's end came with this chunk: one write for both
-                    last = out
-                    break
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-                holding = False
-            tail = last + splitter.rest()
+            tail = splitter.rest()
         except UpstreamError as error:
             metrics.upstream_errors.labels(error.kind).inc()
             tail, outcome = splitter.rest() + sse_error_event(error), error.kind
-        finally:
-            if write is not None and relay is not None:
-                relay(None)
         if observer.first_event_at is not None:
             metrics.ttft.observe(observer.first_event_at - self.forward.started)
         self._finish(observer.usage)

@@ -23,6 +23,7 @@ from gateway.errors import ConfigError
 ENV_PREFIX = "GATEWAY_"
 MiB = 1024**2
 OnOff = Literal["on", "off"]
+REMOVED_CLIENTS = ("httptools", "httpx")  # GATEWAY_UPSTREAM_CLIENT values of the past
 _RULE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _REPLICA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 
@@ -112,9 +113,8 @@ class GatewaySettings(BaseSettings):
         0.5, gt=0, le=1, description="share of max_concurrency kept while hot"
     )
     thermal_poll_seconds: float = Field(5.0, gt=0, description="control /metrics poll period")
-    upstream_client: Literal["httptools", "aiohttp", "httpx"] = Field(
-        "httptools",
-        description="HTTP client to vLLM (httptools measured fastest; https upstreams use aiohttp)",
+    upstream_client: Literal["aiohttp"] = Field(
+        "aiohttp", description="HTTP client to vLLM for the data plane (aiohttp, the only one)"
     )
     embedded_bypass_token: SecretStr | None = Field(
         None,
@@ -183,6 +183,16 @@ class GatewaySettings(BaseSettings):
         if not value:
             raise ValueError("needs at least one URL such as http://127.0.0.1:8000")
         return [_check_url(url) for url in value]
+
+    @field_validator("upstream_client", mode="before")
+    @classmethod
+    def _removed_clients(cls, value: Any) -> Any:
+        if value in REMOVED_CLIENTS:
+            raise ValueError(
+                f"{value} is no longer a choice (the gateway's own HTTP/1.1 client and the "
+                "httpx data plane were removed); allowed: aiohttp"
+            )
+        return value
 
     @field_validator("control_url")
     @classmethod

@@ -2,8 +2,8 @@
 
 The proxy talks to vLLM only through `UpstreamClient.send`, which returns an
 `UpstreamResponse` (status, raw headers, body chunks as they arrive) and raises
-only `UpstreamError`s.  `GATEWAY_UPSTREAM_CLIENT` picks the implementation
-(`gateway.clients`); an injected httpx transport means httpx over it.  Probes and
+only `UpstreamError`s.  The implementation is aiohttp's (`gateway.clients`); an
+injected httpx transport (the tests' error paths) means httpx over it.  Probes and
 the thermal poll use a separate small httpx client (`make_client`).
 """
 
@@ -16,7 +16,6 @@ from typing import Protocol
 import httpx
 
 from gateway.clients import WRITE_TIMEOUT_SECONDS, AiohttpUpstream, HttpxUpstream
-from gateway.h1client import HttptoolsUpstream
 from gateway.replicas import ReplicaSet
 from gateway.settings import GatewaySettings
 
@@ -62,11 +61,6 @@ class UpstreamResponse(Protocol):
         """The next body bytes as they arrive; None at the end."""
         ...
 
-    def ended(self) -> bool:
-        """True when the body was read to its end already (so the relay can send its
-        last bytes and the end of the response in one write); False when unknown."""
-        ...
-
     async def aclose(self) -> None: ...
 
 
@@ -103,26 +97,18 @@ def make_client(
 def make_upstream_client(
     settings: GatewaySettings, transport: httpx.AsyncBaseTransport | None
 ) -> UpstreamClient:
-    """The data-plane client to vLLM (`GATEWAY_UPSTREAM_CLIENT`; httpx when given a transport)."""
+    """The data-plane client to vLLM: aiohttp; over an injected httpx transport (the
+    tests' error paths) the httpx one."""
     connect, read = settings.connect_timeout_seconds, settings.read_timeout_seconds
     retry_after = settings.retry_after_seconds
-    if transport is not None or settings.upstream_client == "httpx":
+    if transport is not None:
         return HttpxUpstream(
             transport,
             connect_timeout_seconds=connect,
             read_timeout_seconds=read,
             retry_after_seconds=retry_after,
         )
-    # The httptools client speaks plain HTTP (vLLM next to the gateway); an https
-    # upstream gets aiohttp, which does TLS.
-    tls = any(url.startswith("https://") for url in settings.upstream_url)
-    if settings.upstream_client == "aiohttp" or tls:
-        return AiohttpUpstream(
-            connect_timeout_seconds=connect,
-            read_timeout_seconds=read,
-            retry_after_seconds=retry_after,
-        )
-    return HttptoolsUpstream(
+    return AiohttpUpstream(
         connect_timeout_seconds=connect, read_timeout_seconds=read, retry_after_seconds=retry_after
     )
 

@@ -17,7 +17,7 @@ from bench import gateway_overhead
 from bench.gateway_overhead import _spins
 from bench.overhead_report import Round, print_calibration, saved_cpu_per_request_us, spin_name
 from bench.spin_gateway import install, spin, spin_from_env
-from gateway.fastroutes import FastRoutes
+from gateway.proxy import ProxyResponse
 from tests.bench.overhead_cli import run_overhead
 
 
@@ -35,18 +35,18 @@ def test_install_spins_before_every_proxied_request(monkeypatch: pytest.MonkeyPa
         reached.append(time.thread_time_ns())
         served.append((self, args, kwargs))
 
-    monkeypatch.setattr(FastRoutes, "serve", original)  # undone after the test
+    monkeypatch.setattr(ProxyResponse, "__call__", original)  # undone after the test
     install(4000)
-    routes = object()
+    response = object()
 
     async def call() -> int:
         before = time.thread_time_ns()
-        await FastRoutes.serve(routes, "/v1/chat/completions", front=None)  # type: ignore[arg-type]
+        await ProxyResponse.__call__(response, "scope", "receive", "send")  # type: ignore[arg-type]
         return before
 
     before = asyncio.run(call())
-    assert reached[0] - before >= 4_000_000  # the spin ran between the call and the route
-    assert served == [(routes, ("/v1/chat/completions",), {"front": None})]
+    assert reached[0] - before >= 4_000_000  # the spin ran between the call and the response
+    assert served == [(response, ("scope", "receive", "send"), {})]
 
 
 @pytest.mark.parametrize("raw", ["", "abc", "-1", "100001", "nan"])

@@ -13,8 +13,6 @@ from typing import Any
 
 import uvicorn
 
-from gateway.front import http_protocol
-
 STARTUP_TIMEOUT_S = 10.0
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -45,17 +43,15 @@ class RawServer:
 
 
 @contextmanager
-def serve(app: Any, port: int = 0, front: bool = True) -> Iterator[str]:
-    """Yield the base URL of `app` served on 127.0.0.1; stop the server afterwards.
-    A gateway app is served as `python -m gateway` serves it, through the front
-    protocol (gateway/front.py); `front=False` serves it through its ASGI app alone."""
+def serve(app: Any, port: int = 0) -> Iterator[str]:
+    """Yield the base URL of `app` served on 127.0.0.1, as `python -m gateway` serves
+    it (uvicorn's httptools protocol); stop the server afterwards."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
-    http = http_protocol(app) if front else "httptools"
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="on", ws="none", http=http, loop="asyncio"
+        app, log_level="warning", lifespan="on", ws="none", http="httptools", loop="asyncio"
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

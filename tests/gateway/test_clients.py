@@ -6,22 +6,21 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 
+import httpx
 import pytest
 
 from gateway.clients import AiohttpUpstream, HttpxUpstream
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from gateway.h1client import HttptoolsUpstream
+from gateway.errors import ConfigError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.settings import load_settings
 from gateway.upstream import UpstreamClient, make_upstream_client
 from tests.gateway.conftest import MakeSettings
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-CLIENTS = ("httptools", "aiohttp", "httpx")
+CLIENTS = ("aiohttp", "httpx")
 
 
 def _client(kind: str, read_timeout_seconds: float = 5.0) -> UpstreamClient:
     timeouts = {"connect_timeout_seconds": 2.0, "read_timeout_seconds": read_timeout_seconds}
-    if kind == "httptools":
-        return HttptoolsUpstream(**timeouts, retry_after_seconds=3)
     if kind == "aiohttp":
         return AiohttpUpstream(**timeouts, retry_after_seconds=3)
     return HttpxUpstream(None, **timeouts, retry_after_seconds=3)
@@ -104,17 +103,66 @@ def test_silence_past_the_read_timeout_is_504(kind: str) -> None:
         asyncio.run(_with_server(_silent, kind, read_timeout_s=0.2))
 
 
-@pytest.mark.parametrize(
-    ("urls", "choice", "expected"),
-    [
-        ("http://vllm:8000", "httptools", HttptoolsUpstream),
-        ("http://a:8000,https://b:8443", "httptools", AiohttpUpstream),  # TLS: aiohttp
-        ("http://vllm:8000", "aiohttp", AiohttpUpstream),
-        ("https://vllm:8443", "httpx", HttpxUpstream),
-    ],
-)
-def test_the_upstream_client_choice(
-    make_settings: MakeSettings, urls: str, choice: str, expected: type
-) -> None:
-    settings = make_settings(upstream_url=urls, upstream_client=choice)
-    assert type(make_upstream_client(settings, None)) is expected
+@pytest.mark.parametrize("urls", ["http://vllm:8000", "http://a:8000,https://b:8443"])
+def test_the_data_plane_is_aiohttp(make_settings: MakeSettings, urls: str) -> None:
+    assert type(make_upstream_client(make_settings(upstream_url=urls), None)) is AiohttpUpstream
+
+
+def test_an_injected_transport_means_httpx_over_it(make_settings: MakeSettings) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200))
+    assert type(make_upstream_client(make_settings(), transport)) is HttpxUpstream
+
+
+@pytest.mark.parametrize("removed", ["httptools", "httpx"])
+def test_a_removed_client_is_refused_naming_what_is_left(removed: str) -> None:
+    expected = f"GATEWAY_UPSTREAM_CLIENT={removed!r}: .*allowed: aiohttp"
+    with pytest.raises(ConfigError, match=expected):
+        load_settings(upstream_url="http://vllm:8000", upstream_client=removed)
+
+
+OK_RESPONSE = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+
+@pytest.mark.parametrize("closes", [1, 2])
+def test_a_pooled_connection_closed_before_the_answer_is_tried_once_more(closes: int) -> None:
+    """The server answers a request, keeps the connection, then closes it on the next
+    one without a byte (a keep-alive race, or a replica that died): aiohttp sends it
+    again on a new connection; a second close without an answer is a 503."""
+    connections: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(len(connections))
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        if len(connections) == 1:  # the first: answer, keep it open, drop the next
+            writer.write(OK_RESPONSE)
+            await writer.drain()
+            await reader.readuntil(b"\r\n\r\n")
+        if len(connections) == 1 or len(connections) <= closes:
+            writer.close()
+            return
+        writer.write(OK_RESPONSE)
+        await writer.drain()
+
+    async def go() -> list[bytes]:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+        client = _client("aiohttp")
+        bodies = []
+        try:
+            for _ in range(2):
+                response = await client.send("POST", url, [], b"{}")
+                bodies.append(b"".join([chunk async for chunk in response.chunks()]))
+                await response.aclose()
+        finally:
+            await client.aclose()
+            server.close()
+            await server.wait_closed()
+        return bodies
+
+    if closes == 1:
+        assert asyncio.run(go()) == [b"ok", b"ok"]
+        assert len(connections) == 2
+    else:
+        with pytest.raises(UpstreamUnavailable):
+            asyncio.run(go())

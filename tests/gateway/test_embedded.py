@@ -362,7 +362,7 @@ def test_the_thermal_guard_polls_beside_vllms_lifespan(make_settings: MakeSettin
         await send({"type": "http.response.body", "body": hot.encode()})
 
     registry = CollectorRegistry()
-    with serve(control, front=False) as url:
+    with serve(control) as url:
         settings = make_settings(
             control_url=url, thermal_poll_seconds=0.05, max_concurrency=8, auth="off"
         )

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from starlette.types import Message
 
 from gateway.embedded_relay import Relay
-from gateway.fastroutes import RequestCount
 from gateway.metrics import GatewayMetrics
 from gateway.proxy import Forward
+from gateway.routes import RequestCount
 from gateway.sse import StreamObserver
 from gateway.tenancy import Principal
 

@@ -18,17 +18,15 @@ from tests.gateway.server import serve
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
 
-@pytest.fixture(params=["front", "asgi"])
+@pytest.fixture
 def gateway_url(
-    request: pytest.FixtureRequest,
     fake_vllm: tuple[FakeVLLM, str],
     make_settings: MakeSettings,
     registry: CollectorRegistry,
 ) -> Iterator[str]:
-    """Each test here twice: served as `python -m gateway` serves it (the front
-    protocol, gateway/front.py) and through the ASGI app alone (its watcher task)."""
+    """The gateway served as `python -m gateway` serves it."""
     app = create_app(make_settings(fake_vllm[1]), registry=registry)
-    with serve(app, front=request.param == "front") as url:
+    with serve(app) as url:
         yield url
 
 
