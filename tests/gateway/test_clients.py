@@ -138,11 +138,11 @@ def test_a_pooled_connection_closed_before_the_answer_is_tried_once_more(closes:
             writer.write(OK_RESPONSE)
             await writer.drain()
             await reader.readuntil(b"\r\n\r\n")
-        if len(connections) == 1 or len(connections) <= closes:
-            writer.close()
-            return
-        writer.write(OK_RESPONSE)
-        await writer.drain()
+        if len(connections) > closes and len(connections) > 1:
+            writer.write(OK_RESPONSE)
+            await writer.drain()
+        writer.close()
+        await writer.wait_closed()
 
     async def go() -> list[bytes]:
         server = await asyncio.start_server(handler, "127.0.0.1", 0)
