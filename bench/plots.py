@@ -1,4 +1,8 @@
-"""PNG plots of a run and of a sweep (matplotlib's Figure API: no pyplot global state)."""
+"""PNG plots of a run and of a sweep (matplotlib's Figure API: no pyplot global state).
+
+matplotlib is optional (`pip install 'sparkserve[chart]'`): this module is imported only
+when plots are written, and says so in one line where matplotlib is missing.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-
+from bench.errors import BenchError
 from bench.records import RequestRecord
+
+try:
+    from matplotlib.figure import Figure
+except ImportError:
+    raise BenchError("the bench's plots need matplotlib: pip install 'sparkserve[chart]'") from None
 
 DPI = 110
 PCTS = ("p50", "p95", "p99")

@@ -220,7 +220,7 @@ async def _run(opts: RunOptions) -> dict[str, Any]:
 
 def run_benchmark(opts: RunOptions) -> dict[str, Any]:
     """Run the workloads, write records/summary/report/plots; return the summary."""
-    from bench.plots import plot_run
+    from bench.plots import plot_run  # matplotlib is optional: only when writing plots
 
     opts.run_dir.create()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.markdown import num, table, value
-from bench.plots import plot_sweep
 
 # (row key, column title, decimals; None = shown as is)
 COLUMNS: tuple[tuple[str, str, int | None], ...] = (
@@ -56,6 +55,8 @@ def render_sweep(result: Mapping[str, Any], plots: Mapping[str, Sequence[str]]) 
 
 
 def write_sweep_report(result: Mapping[str, Any], out: Path) -> Path:
+    from bench.plots import plot_sweep  # matplotlib is optional: only when writing plots
+
     plots = {s["param"]: plot_sweep(s["rows"], s["param"], out / "plots") for s in result["stages"]}
     (out / "sweep.json").write_text(
         json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8"
