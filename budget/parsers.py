@@ -74,24 +74,31 @@ def port(raw: str) -> int:
     return value
 
 
-def positive_seconds(raw: str) -> float:
+def _number(raw: str, ok: Callable[[float], bool], allowed: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError("must be a number of seconds > 0") from None
-    if not value > 0:
-        raise ValueError("must be a number of seconds > 0")
+        raise ValueError(f"must be {allowed}") from None
+    if not ok(value):  # NaN fails every check
+        raise ValueError(f"must be {allowed}")
     return value
+
+
+def positive_seconds(raw: str) -> float:
+    return _number(raw, lambda v: v > 0, "a number of seconds > 0")
+
+
+def positive_number(raw: str) -> float:
+    return _number(raw, lambda v: v > 0, "a number > 0")
 
 
 def fraction(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError("must be a number in (0, 1]") from None
-    if not 0 < value <= 1:
-        raise ValueError("must be a number in (0, 1]")
-    return value
+    return _number(raw, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+def share(raw: str) -> float:
+    """A fraction that may be 0: a number in [0, 1]."""
+    return _number(raw, lambda v: 0 <= v <= 1, "a number in [0, 1]")
 
 
 def switch(raw: str) -> bool:
@@ -144,24 +151,3 @@ def choice(allowed: Sequence[str], *, fold_case: bool = False) -> Callable[[str]
         return value
 
     return parse
-
-
-def positive_number(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError("must be a number > 0") from None
-    if not value > 0:
-        raise ValueError("must be a number > 0")
-    return value
-
-
-def share(raw: str) -> float:
-    """A fraction that may be 0: a number in [0, 1]."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError("must be a number in [0, 1]") from None
-    if not 0 <= value <= 1:
-        raise ValueError("must be a number in [0, 1]")
-    return value
