@@ -15,11 +15,13 @@ import secrets
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import httpx
 import psutil
 
+from entrypoint.interrupt import stop_every
 from reliability.procs import Proc, free_port, group_members, kill_groups
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,9 +245,13 @@ class Stack:
 
     # Stopping ---------------------------------------------------------------------------
     def close(self) -> None:
-        for proc in reversed(list(self.procs.values())):
-            proc.stop()
-        kill_groups(self.pgids)
+        """Every process is stopped even when stopping one of them fails."""
+        steps = [(name, proc.stop) for name, proc in reversed(list(self.procs.items()))]
+        problems = stop_every(
+            [*steps, ("what is left of their groups", partial(kill_groups, self.pgids))]
+        )
+        for problem in problems:
+            print(f"reliability: {problem}", file=sys.stderr, flush=True)
 
     def leftovers(self) -> list[str]:
         return [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in _safe(group_members(self.pgids))]

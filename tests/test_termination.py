@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_proc import VLLMServer
+from entrypoint.interrupt import stop_every
+from tests.vllm_proc import VLLMServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,3 +153,70 @@ def test_sigterm_to_the_gateway_bench_stops_its_gateway(vllm_server: VLLMServer)
     while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in children)
+
+
+DEMO_WITH_SLEEPERS = """
+import sys
+from tools import demo
+
+def start_stack(procs, ports, run_dir):
+    for name in ("entrypoint", "gateway", "prometheus"):
+        procs.start(name, ["sleep", "600"], {})
+    print("pids " + " ".join(str(p.pid) for _, p in procs.running), file=sys.stderr, flush=True)
+
+demo.start_stack = start_stack
+sys.exit(demo.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_after_the_demos_output_is_gone_still_stops_every_service() -> None:
+    """`make demo | tee demo.log`, then Ctrl-C, which ends tee too: the demo's lines go
+    to a closed pipe, and every service it started must still be stopped. The services
+    are sleepers standing in for vLLM, the gateway and Prometheus (the stop is the case)."""
+    ports = []
+    for name in ("vllm", "control", "gateway", "prometheus"):
+        ports += [f"--{name}-port", str(free_port())]
+    demo = subprocess.Popen(
+        [sys.executable, "-c", DEMO_WITH_SLEEPERS, *ports],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert demo.stderr is not None and demo.stdout is not None
+        line = demo.stderr.readline()
+        assert line.startswith("pids "), line
+        children = [int(pid) for pid in line.split()[1:]]
+        assert len(children) == 3
+        demo.stdout.close()  # tee is gone
+        time.sleep(0.5)
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 0, err
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in children if _alive(pid)] == []
+
+
+def test_every_stop_step_runs_when_one_of_them_fails() -> None:
+    ran: list[str] = []
+
+    def failing() -> None:
+        ran.append("gateway")
+        raise PermissionError("not allowed")
+
+    problems = stop_every(
+        [
+            ("vllm", lambda: ran.append("vllm")),
+            ("gateway", failing),
+            ("prometheus", lambda: ran.append("prometheus")),
+        ]
+    )
+    assert ran == ["vllm", "gateway", "prometheus"]
+    assert problems == ["stopping gateway: PermissionError: not allowed"]

@@ -12,6 +12,7 @@ all on Ctrl-C.  Logs and state live under run/demo/.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -23,11 +24,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from entrypoint.interrupt import interrupt_on_sigterm, stop_every
 from entrypoint.tiny_model import write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,16 +180,24 @@ class Processes:
                 raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
 
     def stop_all(self) -> None:
-        for name, proc in reversed(self.running):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=STOP_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-            print(f"stopped {name} ({proc.returncode})", flush=True)
+        """Every child is stopped even when stopping one of them fails (said on stderr)."""
+        steps = [(name, partial(self._stop, name, proc)) for name, proc in reversed(self.running)]
+        for problem in stop_every(steps):
+            print(f"demo: {problem}", file=sys.stderr, flush=True)
         self.running.clear()
+
+    @staticmethod
+    def _stop(name: str, proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        print(f"stopped {name} ({proc.returncode})", flush=True)
 
 
 def wait_until(procs: Processes, url: str, what: str, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -251,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = ROOT / "run" / "demo"
     run_dir.mkdir(parents=True, exist_ok=True)
     procs = Processes(run_dir)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    interrupt_on_sigterm()  # and a closed output (`| tee`, then Ctrl-C) stops nothing short
     try:
         start_stack(procs, ports, run_dir)
         print(banner(ports), flush=True)
