@@ -88,6 +88,10 @@ def positive_seconds(raw: str) -> float:
     return _number(raw, lambda v: v > 0, "a number of seconds > 0")
 
 
+def non_negative_seconds(raw: str) -> float:
+    return _number(raw, lambda v: v >= 0 and v != float("inf"), "a number of seconds >= 0")
+
+
 def positive_number(raw: str) -> float:
     return _number(raw, lambda v: v > 0, "a number > 0")
 

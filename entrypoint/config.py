@@ -141,6 +141,15 @@ SERVING_OPTIONS: tuple[Option, ...] = (
         "SECONDS",
     ),
     Option(
+        "stall_timeout_s",
+        parsers.non_negative_seconds,
+        120.0,
+        "Seconds the engine may make no progress (no token, prefill chunk or finished "
+        "request) with requests admitted, or leave a one-token probe unanswered while "
+        "idle, before the entrypoint stops vLLM and exits 3; 0 turns the watch off.",
+        "SECONDS",
+    ),
+    Option(
         "stop_grace_seconds",
         parsers.positive_seconds,
         30.0,
@@ -187,6 +196,7 @@ class EntrypointConfig:
     force: bool
     startup_timeout: float
     unhealthy_exit_seconds: float
+    stall_timeout_s: float
     stop_grace_seconds: float
     vllm_nice: int
     cache_dir: str | None

@@ -2,8 +2,9 @@
 
 Child liveness is checked on every health retry and every watch tick: a dead
 vLLM ends the entrypoint at once (exit 3, with its code and last lines); so do a
-start-up timeout and /health failing for SPARKSERVE_UNHEALTHY_EXIT_SECONDS after
-ready. A signal stops the whole vLLM process group: SIGTERM, grace period, SIGKILL.
+start-up timeout, /health failing for SPARKSERVE_UNHEALTHY_EXIT_SECONDS after
+ready, and an engine that makes no progress for SPARKSERVE_STALL_TIMEOUT_S
+(entrypoint/stall.py). A signal stops the whole vLLM process group: SIGTERM, grace period, SIGKILL.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from entrypoint.logscan import LogWatcher
 from entrypoint.planning import Launch
 from entrypoint.priority import lower_and_say
 from entrypoint.signals import SignalFlag, StopRequested
+from entrypoint.stall import StallWatch, describe, read_progress
 from entrypoint.state import FAILED, READY, STOPPING, WARMING_UP, Lifecycle
-from entrypoint.warmup import Shape, run_warmup
+from entrypoint.warmup import Shape, run_warmup, served_model
 
 T = TypeVar("T")
 TICK_SECONDS = 0.2
@@ -210,10 +212,13 @@ class Supervisor:
         last_health = time.monotonic()
         failing_since: float | None = None
         limit = self.ctx.config.unhealthy_exit_seconds
+        stall = Stalls(self, child) if self.ctx.config.stall_timeout_s > 0 else None
         while True:
             self.ctx.signals.wait(TICK_SECONDS)
             self.check(child)
             now = time.monotonic()
+            if stall is not None:
+                stall.tick(now)
             if now - last_health < self.health_interval_seconds:
                 continue
             last_health = now
@@ -227,6 +232,11 @@ class Supervisor:
                     f"vLLM failed /health for {now - failing_since:.0f} s "
                     f"(SPARKSERVE_UNHEALTHY_EXIT_SECONDS={limit:g})",
                 )
+
+    def stalled(self, child: VLLMChild, what: str) -> NoReturn:
+        timeout = self.ctx.config.stall_timeout_s
+        child.kill_group()
+        self._fail(child, f"{what} (SPARKSERVE_STALL_TIMEOUT_S={timeout:g}); vLLM stopped")
 
     def _record_health(self, answered: bool) -> None:
         before = self.ctx.lifecycle.status.ready
@@ -244,3 +254,58 @@ class Supervisor:
         code = child.stop(grace)
         ctx.console.say(f"vLLM stopped ({describe_returncode(code)}); exiting {stop.exit_code}")
         return stop.exit_code
+
+
+class Stalls:
+    """The progress watch of one vLLM (entrypoint/stall.py): reads its /metrics a few
+    times per timeout, and runs the idle probe in a thread so that signals and vLLM's
+    exit are still seen every tick."""
+
+    def __init__(self, supervisor: Supervisor, child: VLLMChild) -> None:
+        self.supervisor = supervisor
+        self.child = child
+        self.timeout_s = supervisor.ctx.config.stall_timeout_s
+        self.every_s = min(HEALTH_INTERVAL_SECONDS, max(TICK_SECONDS, self.timeout_s / 4))
+        self.watch = StallWatch(self.timeout_s)
+        self.last_read = 0.0
+        self.probe: Future[None] | None = None
+
+    def tick(self, now: float) -> None:
+        if self.probe is not None:
+            if not self.probe.done():
+                return
+            error = self.probe.exception()
+            self.probe = None
+            if error is not None:
+                self.supervisor.stalled(
+                    self.child,
+                    f"vLLM's engine did not answer a one-token probe within "
+                    f"{self.timeout_s:g} s ({type(error).__name__}) with nothing admitted",
+                )
+        if now - self.last_read < self.every_s:
+            return
+        self.last_read = now
+        try:
+            answer = self.supervisor.client.get("/metrics", timeout=HEALTH_TIMEOUT_SECONDS)
+            progress = read_progress(answer.text) if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            progress = None  # /health failing is the other watch's case
+        if progress is None:
+            return
+        verdict = self.watch.observe(now, progress)
+        if verdict == "stalled":
+            self.supervisor.stalled(self.child, describe(progress, self.watch.still_for(now)))
+        if verdict == "probe":
+            self.probe = Future()
+            threading.Thread(target=self._probe, name="stall-probe", daemon=True).start()
+
+    def _probe(self) -> None:
+        assert self.probe is not None
+        future = self.probe
+        try:
+            client = self.supervisor.client
+            body = {"model": served_model(client), "prompt": "ping", "max_tokens": 1}
+            client.post("/v1/completions", json=body, timeout=self.timeout_s).raise_for_status()
+            future.set_result(None)
+        except BaseException as exc:
+            future.set_exception(exc)

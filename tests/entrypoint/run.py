@@ -37,6 +37,7 @@ class EntrypointRun:
         )
         env.pop(RPC_ENV, None)  # the entrypoint's own directory for vLLM's sockets
         env.update(settings)
+        self.port = int(env["SPARKSERVE_PORT"])  # vLLM's OpenAI server
         self.log_path = log_path
         self._log = log_path.open("w")
         self.proc = subprocess.Popen(

