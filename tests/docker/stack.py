@@ -98,6 +98,12 @@ def containers(env: dict[str, str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
+def note_timing(line: str) -> None:
+    """A figure for the test summary (pytest_terminal_summary prints TIMINGS_FILE)."""
+    with TIMINGS_FILE.open("a") as out:
+        out.write(line + "\n")
+
+
 def project_objects(kind: str) -> list[str]:
     """Containers, networks or volumes labelled with the tests' project."""
     label = f"label=com.docker.compose.project={PROJECT}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 
@@ -147,6 +148,141 @@ def test_no_key_or_salt_in_inspect_or_any_log(stack: st.Stack, scraped: float) -
     for secret in (stack.key, f"{stack.key}-bob", salt):
         assert secret not in inspected
         assert secret not in logs
+
+
+# Faults made inside the vLLM container with psutil (in the image: the entrypoint's
+# dependency): vLLM's API server (the entrypoint's child) killed, or its engine stopped.
+FAULTS = {
+    "vLLM's main process killed (SIGKILL)": ("main", "kill", "vLLM exited (killed by SIGKILL"),
+}
+# `main`: the entrypoint's children (vLLM's API server); else processes named so.
+FAULT = (
+    "import os, psutil, sys\n"
+    "procs = [p for p in psutil.process_iter(['name', 'cmdline']) if p.pid != os.getpid()]\n"
+    "def text(p): return (p.info['name'] or '') + ' ' + ' '.join(p.info['cmdline'] or [])\n"
+    "if sys.argv[1] == 'main':\n"
+    "    (entry,) = [p for p in procs if '-m entrypoint' in text(p)]\n"
+    "    found = entry.children()\n"
+    "else:\n"
+    "    found = [p for p in procs if sys.argv[1] in text(p)]\n"
+    "[getattr(p, sys.argv[2])() for p in found]\n"
+    "print(len(found))\n"
+)
+
+
+def _restart_count(stack: st.Stack, service: str = "vllm") -> int:
+    (container,) = [c for c in st.containers(stack.env) if c["Service"] == service]
+    out = subprocess.run(
+        ["docker", "inspect", "-f", "{{.RestartCount}}", container["ID"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return int(out.stdout.strip())
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_vllm_fault_restarts_its_container_and_the_gateway_serves_again(
+    stack: st.Stack, client: openai.OpenAI, scraped: float, fault: str
+) -> None:
+    """The entrypoint exits 3 (vLLM gone), the restart policy brings the container back,
+    and meanwhile the gateway answers 503 with Retry-After; the gateway itself is not
+    restarted."""
+    target, action, said = FAULTS[fault]
+    before = _restart_count(stack)
+    gateway_before = _restart_count(stack, "gateway")
+    made = st.compose(stack.env, "exec", "-T", "vllm", "python3", "-c", FAULT, target, action)
+    assert made.returncode == 0 and int(made.stdout.strip() or 0) >= 1, made
+    started = time.monotonic()
+    quick = client.with_options(timeout=5.0, max_retries=0)
+    refusals: list[tuple[int, str | None]] = []
+    answered = None
+    while time.monotonic() - started < st.UP_TIMEOUT_S:
+        try:
+            quick.chat.completions.create(
+                model=st.SERVED_MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            if _restart_count(stack) > before:
+                answered = time.monotonic() - started
+                break
+        except openai.APIStatusError as exc:
+            refusals.append((exc.status_code, exc.response.headers.get("retry-after")))
+        except (openai.APIConnectionError, openai.APITimeoutError):
+            pass  # a stopped engine's requests hang until the client gives up
+        time.sleep(1.0)
+    logs = st.compose(stack.env, "logs", "--no-color", "vllm").stdout
+    assert answered is not None, logs[-4000:]
+    assert _restart_count(stack) == before + 1
+    assert said in logs, logs[-4000:]
+    unavailable = [retry for status, retry in refusals if status == 503]
+    assert unavailable, refusals
+    assert all(retry is not None and int(retry) >= 0 for retry in unavailable), refusals
+    assert _restart_count(stack, "gateway") == gateway_before
+    st.note_timing(
+        f"{fault} -> first good answer from the restarted container: {answered:.0f} s"
+        f" ({len(unavailable)} 503s with Retry-After meanwhile)"
+    )
+
+
+def test_a_gateway_restart_ends_streams_cleanly_and_serving_resumes(
+    stack: st.Stack, client: openai.OpenAI, scraped: float
+) -> None:
+    """`docker compose restart gateway` under streams: each stream ends (the connection
+    closes) with every event it got whole and well-formed; then the gateway serves."""
+    events: list[str] = []
+    ended: list[str] = []
+
+    def stream() -> None:
+        body = {
+            "model": st.SERVED_MODEL,
+            "messages": [{"role": "user", "content": "count"}],
+            "max_tokens": 1000,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        headers = {"Authorization": f"Bearer {stack.key}"}
+        try:
+            with httpx.stream(
+                "POST", f"{stack.gateway}/v1/chat/completions", json=body, headers=headers,
+                timeout=120,
+            ) as answer:  # fmt: skip
+                for line in answer.iter_lines():
+                    if line.startswith("data: "):
+                        events.append(line.removeprefix("data: "))
+            ended.append("complete")
+        except httpx.HTTPError as exc:
+            ended.append(type(exc).__name__)
+
+    st_client = client.with_options(timeout=30.0, max_retries=0)
+    thread = threading.Thread(target=stream, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert events, "no event before the restart"
+    restarted = st.compose(stack.env, "restart", "gateway")
+    assert restarted.returncode == 0, restarted.stderr
+    thread.join(120)
+    assert ended, "the stream did not end"
+    if ended[0] == "complete":  # the gateway let it finish before stopping
+        assert events[-1] == "[DONE]", events[-3:]
+    st.note_timing(
+        f"gateway restarted under a stream: it ended {ended[0]} after {len(events)} events"
+    )
+    for data in events:
+        if data != "[DONE]":
+            assert json.loads(data)["object"] == "chat.completion.chunk", data
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            reply = st_client.chat.completions.create(
+                model=st.SERVED_MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+            break
+        except (openai.APIConnectionError, openai.APIStatusError):
+            assert time.monotonic() < deadline, "the gateway did not serve again"
+            time.sleep(1.0)
+    assert reply.choices[0].message.content is not None
 
 
 def test_down_leaves_no_container_network_or_volume(stack: st.Stack) -> None:
