@@ -156,8 +156,12 @@ def test_sigterm_to_the_gateway_bench_stops_its_gateway(vllm_server: VLLMServer)
 
 
 DEMO_WITH_SLEEPERS = """
-import sys
+import signal, sys
 from tools import demo
+
+# Ctrl-C as a terminal gives it, even where this test runs with SIGINT ignored (a
+# background job of a shell, nohup), which Python would inherit.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def start_stack(procs, ports, run_dir):
     for name in ("entrypoint", "gateway", "prometheus"):
