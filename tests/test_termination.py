@@ -43,6 +43,14 @@ def test_runs_until_stopped(child):
 """
 
 
+def _left_alive(pids: list[int], wait_s: float = 10.0) -> list[int]:
+    """The pids still alive after up to `wait_s` for them to go."""
+    deadline = time.monotonic() + wait_s
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if _alive(pid)]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -149,10 +157,7 @@ def test_sigterm_to_the_gateway_bench_stops_its_gateway(vllm_server: VLLMServer)
     assert bench.returncode == 130, err
     assert "gateway_bench: interrupted (stopped by SIGTERM)" in err
     assert "Traceback" not in err
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in children)
+    assert _left_alive(children) == []
 
 
 DEMO_WITH_SLEEPERS = """
@@ -202,10 +207,7 @@ def test_ctrl_c_after_the_demos_output_is_gone_still_stops_every_service() -> No
             demo.kill()
     assert demo.returncode == 0, err
     assert "Traceback" not in err
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert [pid for pid in children if _alive(pid)] == []
+    assert _left_alive(children) == []
 
 
 def test_every_stop_step_runs_when_one_of_them_fails() -> None:
