@@ -64,6 +64,7 @@ def prometheus_config(
     if set(jobs) != set(targets):
         raise ValueError(f"targets for {sorted(targets)}; {file} has {sorted(jobs)}")
     for name, job in jobs.items():
+        job.pop("dns_sd_configs", None)  # compose service names: no DNS for them here
         job["static_configs"] = [{"targets": list(targets[name])}]
     return config
 

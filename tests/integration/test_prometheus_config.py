@@ -20,10 +20,26 @@ def test_promtool_accepts_rules():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _target(job: dict) -> str:
+    """`host:port` of a static target, or of the DNS name a job resolves."""
+    if "static_configs" in job:
+        (target,) = job["static_configs"][0]["targets"]
+        return target
+    (found,) = job["dns_sd_configs"]
+    (name,) = found["names"]
+    return f"{name}:{found['port']}"
+
+
 def test_scrapes_the_three_services_every_5s():
     config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
     assert config["global"]["scrape_interval"] == "5s"
-    jobs = {
-        job["job_name"]: job["static_configs"][0]["targets"][0] for job in config["scrape_configs"]
-    }
-    assert jobs == EXPECTED_JOBS
+    assert {job["job_name"]: _target(job) for job in config["scrape_configs"]} == EXPECTED_JOBS
+
+
+def test_every_vllm_replica_is_a_target_of_its_own():
+    """A static `vllm:8000` would scrape one replica of a scaled service at random; an A
+    lookup of the service name lists each one (compose.replicas.yaml)."""
+    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    for job in config["scrape_configs"]:
+        if job["job_name"] in ("vllm", "entrypoint"):
+            assert job["dns_sd_configs"][0]["type"] == "A", job
