@@ -1,14 +1,16 @@
 """`python -m tools.doctor` (`make doctor`): how the compose stack's containers are doing.
 
-For each container of the compose project (label com.docker.compose.project): state,
-health, restart count, exit code, and the last log lines that look like errors (plus
-the last failed healthcheck output).  Exit 0 when every container runs and is healthy,
+For each container of the compose project (label com.docker.compose.project; default
+$COMPOSE_PROJECT_NAME, else sparkserve): state, health, restart count, exit code, and the
+last log lines that look like errors (lines logged at INFO or WARNING are not), plus the
+last failed healthcheck output.  Exit 0 when every container runs and is healthy,
 1 otherwise, 2 when the Docker engine cannot be reached.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -23,6 +25,9 @@ ERROR_LINES_KEPT = 5
 ERROR_PATTERN = re.compile(
     r"\b(error|exception|traceback|fatal|critical|killed|out of memory|oom)\b", re.I
 )
+# A line logged at a level below ERROR is not one, whatever it mentions (vLLM's
+# "WARNING … failed to automatically increase [the ulimit] with error …").
+QUIET_LEVEL = re.compile(r"\b(DEBUG|INFO|WARNING|WARN)\b")
 EXIT_OK, EXIT_UNHEALTHY, EXIT_NO_ENGINE = 0, 1, 2
 
 
@@ -43,7 +48,11 @@ class ContainerReport:
 
 def error_lines(log_text: str, keep: int = ERROR_LINES_KEPT) -> tuple[str, ...]:
     """The last `keep` log lines that mention an error."""
-    lines = [line.rstrip() for line in log_text.splitlines() if ERROR_PATTERN.search(line)]
+    lines = [
+        line.rstrip()
+        for line in log_text.splitlines()
+        if ERROR_PATTERN.search(line) and not QUIET_LEVEL.search(line)
+    ]
     return tuple(lines[-keep:])
 
 
@@ -110,7 +119,11 @@ def main(
     argv: Sequence[str] | None = None, client_factory: Callable[[], Any] = _docker_client
 ) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--project", default=DEFAULT_PROJECT, help="compose project name")
+    parser.add_argument(
+        "--project",
+        default=os.environ.get("COMPOSE_PROJECT_NAME") or DEFAULT_PROJECT,
+        help=f"compose project name (default: $COMPOSE_PROJECT_NAME, else {DEFAULT_PROJECT})",
+    )
     args = parser.parse_args(argv)
     try:
         client = client_factory()
