@@ -58,7 +58,8 @@ clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis run
 
 # --- deployment and observability (docs/deploy.md) -------------------------------------
-.PHONY: prometheus-bin docker-engine docker-bases up up-cpu up-embedded down logs doctor demo test-docker
+.PHONY: prometheus-bin docker-engine docker-bases up up-cpu up-embedded down logs doctor demo test-docker \
+  up-multinode-cpu down-multinode-cpu
 COMPOSE ?= docker compose
 SECRETS_DIR ?= run/secrets
 GRAFANA_IMAGE ?= grafana/grafana:11.3.0
@@ -68,7 +69,9 @@ CPU_MODEL_DIR ?= run/tiny-model-cpu
 CPU_PLAN_ARGS ?= --max-model-len 4096 --max-num-seqs 8 --kv-cache-memory-bytes 512M
 # The Dockerfile picks its vLLM base by TARGETARCH, which BuildKit sets only with buildx.
 export SPARKSERVE_TARGETARCH ?= $(shell uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
-COMPOSE_CPU = $(call SERVICE_ENVS,$(CPU_ENV)) $(COMPOSE) --env-file $(CPU_ENV) -f compose.yaml -f compose.cpu.yaml
+# More compose files on top of the CPU stack, e.g. COMPOSE_EXTRA="-f compose.replicas.yaml".
+COMPOSE_EXTRA ?=
+COMPOSE_CPU = $(call SERVICE_ENVS,$(CPU_ENV)) $(COMPOSE) --env-file $(CPU_ENV) -f compose.yaml -f compose.cpu.yaml $(COMPOSE_EXTRA)
 # Secrets reach compose in its environment (compose.yaml `secrets:`), read or generated here.
 SECRET = $$(bash tools/stack_secret.sh $(1) $(2) $(SECRETS_DIR)/$(3))
 # Each service's env_file holds only its own settings from the env file, never a secret
@@ -129,6 +132,23 @@ down: ## docker compose down (either stack; DOWN_ARGS=-v also removes its volume
 	  SPARKSERVE_MODEL=$${SPARKSERVE_MODEL:-unused} GATEWAY_API_KEYS=unused \
 	  GRAFANA_ADMIN_PASSWORD=unused $(COMPOSE) --env-file /dev/null -f compose.yaml -f compose.cpu.yaml \
 	  --profile grafana down --remove-orphans $(DOWN_ARGS)
+
+# Two nodes as two containers on their own network, on CPU (compose.multinode.cpu.yaml):
+# Ray's head and the entrypoint's worker role. The multinode file's required inputs that
+# this stack does not use get placeholders.
+MULTINODE_CPU = NODE_IP=unused SPARKSERVE_HEAD_ADDRESS=unused SPARKSERVE_MODEL=/models \
+  SPARKSERVE_NODES=2 SPARKSERVE_ENV_FILE=/dev/null MODEL_DIR=$(abspath $(CPU_MODEL_DIR)) \
+  $(COMPOSE) -p $${COMPOSE_PROJECT_NAME:-sparkserve-multinode} \
+  -f compose.multinode.yaml -f compose.multinode.cpu.yaml --profile head --profile worker
+
+up-multinode-cpu: docker-bases | $(CPU_MODEL_DIR)/config.json ## Ray head + worker containers on their own network, no GPU (what the join looks like)
+	$(MULTINODE_CPU) up -d --build --wait --wait-timeout $(or $(UP_WAIT_S),600) \
+	  || { $(MULTINODE_CPU) ps -a; $(MULTINODE_CPU) logs --tail 40; exit 1; }
+	@$(MULTINODE_CPU) exec -T head python3 -m entrypoint.ray_probe \
+	  "$${SPARKSERVE_CPU_HEAD_IP:-10.210.0.2}:$${SPARKSERVE_RAY_PORT:-6379}"
+
+down-multinode-cpu: ## Stop what up-multinode-cpu started (DOWN_ARGS=-v also removes its volumes)
+	$(MULTINODE_CPU) down --remove-orphans $(DOWN_ARGS)
 
 logs: ## Follow the stack's logs (SERVICE=vllm for one service)
 	$(COMPOSE) logs -f --tail=200 $(SERVICE)

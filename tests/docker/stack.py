@@ -72,9 +72,14 @@ def make(target: str, env: dict[str, str], *args: str) -> subprocess.CompletedPr
     )
 
 
-# Tuning for the gateway in the tests' env file, so that the admission panels move: one
-# stream per key, one waiting, the rest refused (tests/integration/traffic.py `burst`).
-GATEWAY_TUNING = "GATEWAY_MAX_CONCURRENCY_PER_KEY=1\nGATEWAY_QUEUE_SIZE=1\n"
+# Tuning in the tests' env file: for the gateway, so that the admission panels move (one
+# stream per key, one waiting, the rest refused: tests/integration/traffic.py `burst`);
+# for the entrypoint, a stall timeout that a SIGSTOPped engine reaches within the test.
+TUNING = {
+    "GATEWAY_MAX_CONCURRENCY_PER_KEY": "1",
+    "GATEWAY_QUEUE_SIZE": "1",
+    "SPARKSERVE_STALL_TIMEOUT_S": "15",
+}
 
 
 def write_env_file(env: dict[str, str]) -> None:
@@ -83,8 +88,16 @@ def write_env_file(env: dict[str, str]) -> None:
     ENV_FILE.unlink(missing_ok=True)
     result = make(ENV_NAME, env)
     assert result.returncode == 0, result.stdout + result.stderr
-    with ENV_FILE.open("a") as out:
-        out.write(GATEWAY_TUNING)
+    set_env_lines(TUNING)
+
+
+def set_env_lines(values: dict[str, str]) -> None:
+    """Set these variables in the tests' env file (a line each, replacing any before)."""
+    kept = [
+        line for line in ENV_FILE.read_text().splitlines() if line.split("=", 1)[0] not in values
+    ]
+    lines = kept + [f"{name}={value}" for name, value in values.items()]
+    ENV_FILE.write_text("\n".join(lines) + "\n")
 
 
 def compose(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -121,7 +134,6 @@ def up() -> Iterator[Stack]:
     key = f"sk-{secrets.token_hex(12)}"
     env = environment(key)
     write_env_file(env)
-    TIMINGS_FILE.unlink(missing_ok=True)
     timings: dict[str, float] = {}
     for name, target in (("bases", "docker-bases"), ("up-cpu", "up-cpu")):
         started = time.monotonic()

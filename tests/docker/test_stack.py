@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
+from dataclasses import dataclass
 
 import httpx
 import openai
 import pytest
 
+from tests.docker import faults
 from tests.docker import stack as st
 from tests.integration import traffic
 from tests.integration.dashboards import DASHBOARD_DIR, queries
@@ -24,18 +24,6 @@ pytestmark = pytest.mark.docker
 NON_GPU_DASHBOARDS = ("serving", "gateway", "host-budget")
 SERVICES = {"vllm", "gateway", "prometheus"}
 SCRAPE_WAIT_S = 90.0
-
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[st.Stack]:
-    if not st.engine_answers():
-        pytest.skip("no Docker engine answers `docker info` (as root: make docker-engine)")
-    yield from st.up()
-
-
-@pytest.fixture(scope="module")
-def client(stack: st.Stack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{stack.gateway}/v1", api_key=stack.key, max_retries=0)
 
 
 def test_every_service_is_healthy(stack: st.Stack) -> None:
@@ -150,59 +138,53 @@ def test_no_key_or_salt_in_inspect_or_any_log(stack: st.Stack, scraped: float) -
         assert secret not in logs
 
 
-# Faults made inside the vLLM container with psutil (in the image: the entrypoint's
-# dependency): vLLM's API server (the entrypoint's child) killed, or its engine stopped.
+@dataclass(frozen=True)
+class Fault:
+    target: str  # faults.SCRIPT's first argument
+    action: str  # a psutil.Process method
+    said: str  # what the entrypoint's log must say
+    under_stream: bool  # made while a stream runs (a stalled engine has requests admitted)
+
+
 FAULTS = {
-    "vLLM's main process killed (SIGKILL)": ("main", "kill", "vLLM exited (killed by SIGKILL"),
+    "vLLM's main process killed (SIGKILL)": Fault(
+        "main", "kill", "vLLM exited (killed by SIGKILL", under_stream=False
+    ),
+    "vLLM's engine stopped mid-stream (SIGSTOP)": Fault(
+        "EngineCore", "suspend", "vLLM's engine made no progress for", under_stream=True
+    ),
 }
-# `main`: the entrypoint's children (vLLM's API server); else processes named so.
-FAULT = (
-    "import os, psutil, sys\n"
-    "procs = [p for p in psutil.process_iter(['name', 'cmdline']) if p.pid != os.getpid()]\n"
-    "def text(p): return (p.info['name'] or '') + ' ' + ' '.join(p.info['cmdline'] or [])\n"
-    "if sys.argv[1] == 'main':\n"
-    "    (entry,) = [p for p in procs if '-m entrypoint' in text(p)]\n"
-    "    found = entry.children()\n"
-    "else:\n"
-    "    found = [p for p in procs if sys.argv[1] in text(p)]\n"
-    "[getattr(p, sys.argv[2])() for p in found]\n"
-    "print(len(found))\n"
-)
 
 
-def _restart_count(stack: st.Stack, service: str = "vllm") -> int:
-    (container,) = [c for c in st.containers(stack.env) if c["Service"] == service]
-    out = subprocess.run(
-        ["docker", "inspect", "-f", "{{.RestartCount}}", container["ID"]],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return int(out.stdout.strip())
-
-
-@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("name", list(FAULTS))
 def test_a_vllm_fault_restarts_its_container_and_the_gateway_serves_again(
-    stack: st.Stack, client: openai.OpenAI, scraped: float, fault: str
+    stack: st.Stack, client: openai.OpenAI, scraped: float, name: str
 ) -> None:
-    """The entrypoint exits 3 (vLLM gone), the restart policy brings the container back,
-    and meanwhile the gateway answers 503 with Retry-After; the gateway itself is not
-    restarted."""
-    target, action, said = FAULTS[fault]
-    before = _restart_count(stack)
-    gateway_before = _restart_count(stack, "gateway")
-    made = st.compose(stack.env, "exec", "-T", "vllm", "python3", "-c", FAULT, target, action)
-    assert made.returncode == 0 and int(made.stdout.strip() or 0) >= 1, made
+    """The entrypoint exits 3 (vLLM gone, or its engine stalled:
+    SPARKSERVE_STALL_TIMEOUT_S in the tests' env file), the restart policy brings the
+    container back, and meanwhile the gateway answers 503 with Retry-After; the gateway
+    itself is not restarted. `make doctor` reports the container not ok while it
+    restarts, then ok with one more restart and the entrypoint's line among its errors."""
+    fault = FAULTS[name]
+    before = faults.restart_count(stack.env)
+    gateway_before = faults.restart_count(stack.env, "gateway")
+    stream = faults.Stream(stack.gateway, stack.key, 4000) if fault.under_stream else None
+    if stream is not None:
+        stream.wait_for_events()
+    faults.make_fault(stack.env, fault.target, fault.action)
     started = time.monotonic()
     quick = client.with_options(timeout=5.0, max_retries=0)
     refusals: list[tuple[int, str | None]] = []
+    not_ok: list[faults.DoctorReport] = []
     answered = None
     while time.monotonic() - started < st.UP_TIMEOUT_S:
+        if not not_ok and (report := faults.doctor()).code != 0:
+            not_ok.append(report)
         try:
             quick.chat.completions.create(
                 model=st.SERVED_MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
             )
-            if _restart_count(stack) > before:
+            if faults.restart_count(stack.env) > before:
                 answered = time.monotonic() - started
                 break
         except openai.APIStatusError as exc:
@@ -212,16 +194,37 @@ def test_a_vllm_fault_restarts_its_container_and_the_gateway_serves_again(
         time.sleep(1.0)
     logs = st.compose(stack.env, "logs", "--no-color", "vllm").stdout
     assert answered is not None, logs[-4000:]
-    assert _restart_count(stack) == before + 1
-    assert said in logs, logs[-4000:]
+    assert faults.restart_count(stack.env) == before + 1
+    assert fault.said in logs, logs[-4000:]
     unavailable = [retry for status, retry in refusals if status == 503]
     assert unavailable, refusals
     assert all(retry is not None and int(retry) >= 0 for retry in unavailable), refusals
-    assert _restart_count(stack, "gateway") == gateway_before
+    assert faults.restart_count(stack.env, "gateway") == gateway_before
+    _doctor_saw_it(not_ok, before + 1, fault.said)
+    ended = ""
+    if stream is not None:
+        stream.thread.join(60)
+        assert stream.ended, "the stream did not end"
+        *_, last = stream.chunks()  # every event it got is whole
+        assert "error" in last, stream.events[-3:]  # the gateway said why it ended
+        ended = f"; the stream ended ({stream.ended[0]}) after {len(stream.events)} events"
     st.note_timing(
-        f"{fault} -> first good answer from the restarted container: {answered:.0f} s"
-        f" ({len(unavailable)} 503s with Retry-After meanwhile)"
+        f"{name} -> first good answer from the restarted container: {answered:.0f} s"
+        f" ({len(unavailable)} 503s with Retry-After meanwhile{ended})"
     )
+
+
+def _doctor_saw_it(not_ok: list[faults.DoctorReport], restarts: int, said: str) -> None:
+    assert not_ok, "make doctor never reported the faulty container"
+    (seen,) = not_ok
+    assert seen.code == 1 and seen.text.rstrip().endswith("not ok: vllm"), seen.text
+    deadline = time.monotonic() + 60  # Docker's next healthcheck marks it healthy again
+    while (report := faults.doctor()).code != 0:
+        assert time.monotonic() < deadline, report.text
+        time.sleep(2)
+    service, state, health, count, *_ = report.row(f"{st.PROJECT}-vllm-1")
+    assert (service, state, health, int(count)) == ("vllm", "running", "healthy", restarts)
+    assert any(said in line for line in report.error_lines("vllm")), report.text
 
 
 def test_a_gateway_restart_ends_streams_cleanly_and_serving_resumes(
@@ -229,49 +232,21 @@ def test_a_gateway_restart_ends_streams_cleanly_and_serving_resumes(
 ) -> None:
     """`docker compose restart gateway` under streams: each stream ends (the connection
     closes) with every event it got whole and well-formed; then the gateway serves."""
-    events: list[str] = []
-    ended: list[str] = []
-
-    def stream() -> None:
-        body = {
-            "model": st.SERVED_MODEL,
-            "messages": [{"role": "user", "content": "count"}],
-            "max_tokens": 1000,
-            "ignore_eos": True,
-            "stream": True,
-        }
-        headers = {"Authorization": f"Bearer {stack.key}"}
-        try:
-            with httpx.stream(
-                "POST", f"{stack.gateway}/v1/chat/completions", json=body, headers=headers,
-                timeout=120,
-            ) as answer:  # fmt: skip
-                for line in answer.iter_lines():
-                    if line.startswith("data: "):
-                        events.append(line.removeprefix("data: "))
-            ended.append("complete")
-        except httpx.HTTPError as exc:
-            ended.append(type(exc).__name__)
-
-    st_client = client.with_options(timeout=30.0, max_retries=0)
-    thread = threading.Thread(target=stream, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not events and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert events, "no event before the restart"
+    stream = faults.Stream(stack.gateway, stack.key, 1000)
+    stream.wait_for_events()
     restarted = st.compose(stack.env, "restart", "gateway")
     assert restarted.returncode == 0, restarted.stderr
-    thread.join(120)
-    assert ended, "the stream did not end"
-    if ended[0] == "complete":  # the gateway let it finish before stopping
-        assert events[-1] == "[DONE]", events[-3:]
+    stream.thread.join(120)
+    assert stream.ended, "the stream did not end"
+    if stream.ended[0] == "complete":  # the gateway let it finish before stopping
+        assert stream.events[-1] == "[DONE]", stream.events[-3:]
     st.note_timing(
-        f"gateway restarted under a stream: it ended {ended[0]} after {len(events)} events"
+        f"gateway restarted under a stream: it ended {stream.ended[0]} "
+        f"after {len(stream.events)} events"
     )
-    for data in events:
-        if data != "[DONE]":
-            assert json.loads(data)["object"] == "chat.completion.chunk", data
+    for chunk in stream.chunks():
+        assert chunk["object"] == "chat.completion.chunk", chunk
+    st_client = client.with_options(timeout=30.0, max_retries=0)
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -283,10 +258,3 @@ def test_a_gateway_restart_ends_streams_cleanly_and_serving_resumes(
             assert time.monotonic() < deadline, "the gateway did not serve again"
             time.sleep(1.0)
     assert reply.choices[0].message.content is not None
-
-
-def test_down_leaves_no_container_network_or_volume(stack: st.Stack) -> None:
-    result = st.make("down", stack.env, "DOWN_ARGS=-v")
-    assert result.returncode == 0, result.stderr
-    for kind in ("container", "network", "volume"):
-        assert st.project_objects(kind) == [], kind

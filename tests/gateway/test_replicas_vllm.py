@@ -17,15 +17,12 @@ run it under `flock /tmp/sparkserve-vllm-test.lock`.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import random
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +32,8 @@ from prometheus_client import CollectorRegistry
 
 from entrypoint.priority import lower_priority
 from gateway.app import create_app
-from gateway.routing import affinity_key, rendezvous_rank
 from gateway.settings import GatewaySettings
-from gateway.tenancy import SaltMaker
+from tests.agent_sessions import KV_BYTES, Session, pick_sessions, wave
 from tests.gateway.conftest import ALICE_KEY, TEST_KEYS
 from tests.gateway.server import serve
 from tests.vllm_proc import VLLM_NICE, free_port, vllm_command, vllm_env
@@ -47,10 +43,6 @@ pytestmark = pytest.mark.vllm
 NAMES = ("a", "b")
 SESSIONS_PER_REPLICA = (5, 4)  # odd total: round-robin alternates each session's turns
 TURNS = 4
-SYSTEM_WORDS = 580  # ≈ 1,100 tokens of the tiny model's tokenizer
-TURN_WORDS = 140  # ≈ 270 tokens
-# ≈ 100 blocks of 128 tokens at 512 bytes a token: five sessions' contexts, not nine.
-KV_BYTES = 100 * 128 * 512
 REPLICA_ARGS = (
     "--served-model-name",
     "tiny",
@@ -63,10 +55,6 @@ REPLICA_ARGS = (
     "--enable-prompt-tokens-details",
     "--enforce-eager",
 )
-WORDS = (
-    "the agent reads a file runs the tests and edits the code until every check in the "
-    "repository passes then it writes a short report of what changed and why"
-).split()
 STARTUP_TIMEOUT_S = 240.0
 
 
@@ -147,79 +135,16 @@ def _settings(replicas: list[Replica], secret: str, routing: str, state: Path) -
     )
 
 
-def _text(words: int, seed: str) -> str:
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(words))
-
-
-def _system(seed: str) -> str:
-    return f"You are agent {seed}. " + _text(SYSTEM_WORDS, seed)
-
-
 def _pick_sessions(settings: GatewaySettings, prefix: str) -> list[tuple[str, str]]:
-    """(seed, replica) of sessions giving the SESSIONS_PER_REPLICA split: the hash is
-    uniform, fixing the split keeps the experiment about routing, not about luck."""
     assert settings.salt_secret is not None
-    salt = SaltMaker(settings.salt_secret.get_secret_value().encode(), {}).salt_for("alice")
-    wanted = dict(zip(NAMES, SESSIONS_PER_REPLICA, strict=True))
-    chosen: list[tuple[str, str]] = []
-    for i in range(200):
-        seed = f"{prefix}{i}"
-        body = {"messages": [{"role": "system", "content": _system(seed)}], "cache_salt": salt}
-        key = affinity_key("/v1/chat/completions", body)
-        assert key is not None
-        name = NAMES[rendezvous_rank(key, list(NAMES))[0]]
-        if wanted[name] > 0:
-            wanted[name] -= 1
-            chosen.append((seed, name))
-    assert not any(wanted.values())
-    return chosen
+    secret = settings.salt_secret.get_secret_value().encode()
+    return pick_sessions(
+        secret, "alice", dict(zip(NAMES, SESSIONS_PER_REPLICA, strict=True)), prefix
+    )
 
 
-@dataclass
-class Session:
-    seed: str
-    messages: list[dict[str, Any]] = field(default_factory=list)
-
-    def next_request(self, turn: int, max_tokens: int, stream: bool) -> dict[str, Any]:
-        if not self.messages:
-            self.messages = [{"role": "system", "content": _system(self.seed)}]
-        self.messages.append({"role": "user", "content": _text(TURN_WORDS, f"{self.seed}/{turn}")})
-        return {
-            "model": "tiny",
-            "messages": self.messages,
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": 0,
-            "stream": stream,
-        }
-
-
-async def _call(client: httpx.AsyncClient, session: Session, body: dict[str, Any]) -> bool:
-    """One request; True when it completed without an error (the reply joins the history)."""
-    try:
-        if not body["stream"]:
-            response = await client.post("/v1/chat/completions", json=body)
-            if response.status_code != 200:
-                return False
-            reply = response.json()["choices"][0]["message"]["content"]
-        else:
-            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-                text = "".join([part async for part in response.aiter_text()])
-            if response.status_code != 200 or '"error"' in text or "[DONE]" not in text:
-                return False
-            reply = "…"
-    except httpx.HTTPError:
-        return False
-    session.messages.append({"role": "assistant", "content": reply})
-    return True
-
-
-async def _wave(url: str, sessions: list[Session], turn: int, **kw: Any) -> list[bool]:
-    headers = {"authorization": f"Bearer {ALICE_KEY}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300) as client:
-        calls = [_call(client, s, s.next_request(turn, **kw)) for s in sessions]
-        return list(await asyncio.gather(*calls))
+def _wave(url: str, sessions: list[Session], turn: int, **kw: Any) -> list[bool]:
+    return wave(url, ALICE_KEY, sessions, turn, **kw)
 
 
 def _share(registry: CollectorRegistry) -> float:
@@ -234,7 +159,7 @@ def _agent_workload(settings: GatewaySettings, seeds: list[str]) -> float:
     sessions = [Session(seed) for seed in seeds]
     with serve(create_app(settings, registry=registry)) as url:
         for turn in range(TURNS):
-            ok = asyncio.run(_wave(url, sessions, turn, max_tokens=4, stream=False))
+            ok = _wave(url, sessions, turn, max_tokens=4, stream=False)
             assert all(ok), f"turn {turn}: {ok}"
     return _share(registry)
 
@@ -297,7 +222,7 @@ def _waves_on_b(
             time.sleep(0.1)
         _settle(registry)
         before = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
-        assert all(asyncio.run(_wave(url, sessions, turn, max_tokens=4, stream=False)))
+        assert all(_wave(url, sessions, turn, max_tokens=4, stream=False))
         _settle(registry)
         after = _gauge(registry, "gateway_upstream_requests_total", "b", outcome="ok")
         served.append(after - before)
@@ -319,7 +244,7 @@ def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None
         results: list[bool] = []
         wave = threading.Thread(
             target=lambda: results.extend(
-                asyncio.run(_wave(url, sessions, 1, max_tokens=KILL_WAVE_TOKENS, stream=True))
+                _wave(url, sessions, 1, max_tokens=KILL_WAVE_TOKENS, stream=True)
             )
         )
         wave.start()
@@ -342,7 +267,7 @@ def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None
         assert failed <= in_flight_on_victim
         assert all(ok for ok, on_b in zip(results, on_victim, strict=True) if not on_b)
         victim.start()  # comes back on the same port while the survivor serves
-        assert all(asyncio.run(_wave(url, sessions, 2, max_tokens=4, stream=False)))
+        assert all(_wave(url, sessions, 2, max_tokens=4, stream=False))
         victim.wait_healthy()
         # b's sessions return to b once the gateway sees it healthy again.
         returned = _waves_on_b(url, registry, sessions, 3, sum(on_victim))
