@@ -8,12 +8,15 @@
 #
 # The vLLM base image is pinned per architecture (override with --build-arg):
 #   amd64: vLLM's official CUDA image (x86_64 GPU boxes: H100/H200, RTX 4090/5090/PRO 6000);
-#   arm64: an aarch64 CUDA 13 vLLM image that runs on DGX Spark (GB10, SM 12.1).
+#   arm64: the same release of the same image for DGX Spark (GB10, SM 12.1): vLLM's release
+#   tags are multi-arch and CUDA 13 by default since v0.20 (vllm-project/vllm#39878), so
+#   both architectures run vLLM 0.32.0, the release the planner plans for by default
+#   (budget/vllm_rules.py DEFAULT_VLLM_VERSION; the entrypoint plans for the installed one).
 # `docker buildx build --platform linux/arm64 .` on/for a Spark picks the arm64 one.
 # Where no registry answers, compose.cpu.yaml points both at a local CPU vLLM base and the
 # gateway at a local Debian base (tools/docker_bases.sh builds them).
 ARG VLLM_IMAGE_AMD64=vllm/vllm-openai:v0.32.0
-ARG VLLM_IMAGE_ARM64=nvcr.io/nvidia/vllm:25.11-py3
+ARG VLLM_IMAGE_ARM64=vllm/vllm-openai:v0.32.0
 ARG GATEWAY_BASE_IMAGE=python:3.11.11-slim-bookworm
 ARG TARGETARCH
 # Both images run as this non-root user, numeric so `runAsNonRoot`-style checks can verify

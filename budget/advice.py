@@ -171,7 +171,7 @@ def suggestions_for(profile: ModelProfile, s: Settings, plan: Plan) -> list[str]
 
 def warnings_for(plan: Plan) -> list[str]:
     s = plan.settings
-    out: list[str] = []
+    out: list[str] = [s.vllm.warning] if s.vllm.warning else []
     if s.device == "cuda" and s.cudagraph_mode.startswith("FULL") and s.mtp:
         missing = uncovered_decode_widths(s.capture_sizes, s.mtp, s.max_num_seqs)
         if missing:

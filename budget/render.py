@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from budget.flags import vllm_args
-from budget.kv import format_kv_log_line
+from budget.kv import format_kv_log_lines
 from budget.plan import Plan
 from budget.profiles import GiB
 
@@ -51,13 +51,14 @@ def _component_rows(plan: Plan) -> list[str]:
 
 def _kv_rows(plan: Plan) -> list[str]:
     s = plan.settings
-    line = format_kv_log_line(plan.capacity, s.max_model_len, s.device)
+    lines = format_kv_log_lines(plan.capacity, s.max_model_len, s.device, s.vllm.rules)
     rows = [
         "",
         f"KV pool   {plan.kv_cache_bytes / GiB:.2f} GiB ({plan.kv_mode}), block "
         f"{plan.block_size} tokens, {plan.layout.num_groups} group(s) × "
         f"{plan.layout.group_size} layers, {plan.capacity.num_blocks:,} blocks",
-        f"vLLM will log: {line}",
+        f"vLLM rules {s.vllm.rules.name} (planned for vLLM {s.vllm.version})",
+        *(f"vLLM will log: {line}" for line in lines),
     ]
     rows += [f"vLLM will log: {extra}" for extra in plan.layout.log_lines]
     if plan.mem_available_at_start_bytes is not None:

@@ -6,8 +6,16 @@ from dataclasses import dataclass, replace
 
 from budget.errors import BudgetError
 from budget.graphs import check_capture_sizes, seeds_capture_sizes, vllm_default_capture_sizes
-from budget.options import CUDAGRAPH_MODES, DEVICES, KV_CACHE_DTYPES, HostFacts, PlanOptions
+from budget.options import (
+    CUDAGRAPH_MODES,
+    DEVICES,
+    GDN_PREFILL_BACKENDS,
+    KV_CACHE_DTYPES,
+    HostFacts,
+    PlanOptions,
+)
 from budget.profiles import GiB, Hardware, ModelProfile, load_hardware
+from budget.vllm_rules import DEFAULT_CHOICE, RuleChoice, choose_rules
 from budget.weights import COMPONENTS, check_format
 
 # vllm/engine/arg_utils.py `get_batch_defaults` (OpenAI server): (batched tokens, seqs).
@@ -42,6 +50,8 @@ class Settings:
     ple_hot_fraction: float
     formats: dict[str, str]
     served_model_name: str | None
+    vllm: RuleChoice = DEFAULT_CHOICE  # the vLLM planned for and its KV rules
+    gdn_prefill_backend: str | None = None  # --gdn-prefill-backend; None = vLLM's choice
 
 
 def _positive(name: str, value: int | None) -> int | None:
@@ -219,6 +229,22 @@ def _offload(opts: PlanOptions, profile: ModelProfile, mtp: int) -> tuple[int, f
     return (int(dv.get("rows", 65536)) if use_draft and mtp else 0), hot
 
 
+def _vllm(opts: PlanOptions) -> RuleChoice:
+    try:
+        return choose_rules(opts.vllm_version)
+    except ValueError as exc:
+        raise BudgetError(f"vllm_version={opts.vllm_version!r}; {exc}") from None
+
+
+def _prefix_caching(opts: PlanOptions, profile: ModelProfile, vllm: RuleChoice) -> bool:
+    """Given, else the profile's, else vLLM's default (for hybrids: on from vLLM 0.26)."""
+    if opts.prefix_caching is not None:
+        return opts.prefix_caching
+    if "prefix_caching" in profile.serving:
+        return bool(profile.serving["prefix_caching"])
+    return vllm.rules.hybrid_prefix_caching_default if profile.spec.is_hybrid else True
+
+
 def resolve(opts: PlanOptions, profile: ModelProfile, host: HostFacts) -> Settings:
     s = profile.serving
     device = _choose("device", opts.device, DEVICES) or str(s.get("device", "cuda"))
@@ -235,7 +261,7 @@ def resolve(opts: PlanOptions, profile: ModelProfile, host: HostFacts) -> Settin
     mode, sizes = _graphs(opts, profile, (device, hw, mode, mtp, seqs, mnbt))
     util, kv_bytes, block = _memory(opts, device)
     draft_rows, hot = _offload(opts, profile, mtp)
-    caching = opts.prefix_caching
+    vllm = _vllm(opts)
     return Settings(
         hardware=hw,
         device=device,
@@ -247,7 +273,7 @@ def resolve(opts: PlanOptions, profile: ModelProfile, host: HostFacts) -> Settin
         max_num_batched_tokens=mnbt,
         kv_cache_dtype=kv_dtype,
         mtp=mtp,
-        prefix_caching=bool(s.get("prefix_caching", True)) if caching is None else caching,
+        prefix_caching=_prefix_caching(opts, profile, vllm),
         block_size=block,
         cudagraph_mode=mode,
         capture_sizes=sizes,
@@ -257,4 +283,8 @@ def resolve(opts: PlanOptions, profile: ModelProfile, host: HostFacts) -> Settin
         ple_hot_fraction=hot,
         formats=_formats(opts, profile),
         served_model_name=opts.served_model_name,
+        vllm=vllm,
+        gdn_prefill_backend=_choose(
+            "gdn_prefill_backend", opts.gdn_prefill_backend, GDN_PREFILL_BACKENDS
+        ),
     )

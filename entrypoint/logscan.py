@@ -26,6 +26,9 @@ MODEL_INIT = re.compile(r"Initializing model took ([\d.]+) seconds")
 WEIGHTS_READ = re.compile(r"Loading weights took ([\d.]+) seconds")
 ENGINE_INIT = re.compile(r"init engine \(.*\) took ([\d.]+) s")
 SERVER_UP = re.compile(r"Starting vLLM (?:API )?server on (\S+)")
+# platforms/interface.py _align_hybrid_block_size; kv_cache_utils.py grouping.
+BLOCK_SIZE = re.compile(r"Setting attention block size to (\d+) tokens")
+PADDING_LAYERS = re.compile(r"Add (\d+) padding layers")
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class Observed:
     weights_bytes: int | None = None
     cudagraph_bytes: int | None = None
     graph_capture_seconds: float | None = None
+    block_size: int | None = None  # hybrids: the raised attention block
+    padding_layers: int | None = None  # "Add N padding layers" (logged per rank)
 
 
 def _gib_bytes(text: str) -> int:
@@ -81,6 +86,10 @@ class LogWatcher:
             phases.append(f"weights loaded ({float(match[1]):.2f} GiB)")
         if match := AVAILABLE_KV.search(line):
             self._update(kv_cache_bytes=_gib_bytes(match[1]))
+        if match := BLOCK_SIZE.search(line):
+            self._update(block_size=int(match[1]))
+        if match := PADDING_LAYERS.search(line):
+            self._update(padding_layers=int(match[1]))
         if match := KV_TOKENS.search(line):
             self._update(kv_cache_tokens=_count(match[1]))
             phases.append(f"KV cache sized: {_count(match[1]):,} tokens")

@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from budget.plan import Plan
 from entrypoint.calibration import planned_weights_bytes
+from entrypoint.capacity import capacity_terms
 from entrypoint.hardware import HostMemory
 from entrypoint.logscan import LogWatcher, Observed
 from entrypoint.nvml import GpuReading
@@ -65,7 +66,22 @@ class BudgetCollector(Collector):
                 if value is not None:
                     calibrated.add_metric([quantity, source], value)
         yield calibrated
+        yield from self._capacity(seen)
         yield from self._plan_sizes()
+
+    def _capacity(self, seen: Observed) -> Iterable[Metric]:
+        terms = capacity_terms(self._plan, seen)
+        if not terms:
+            return
+        family = GaugeMetricFamily(
+            "sparkserve_budget_capacity_difference",
+            "vLLM's KV term minus the plan's (block_size and blocks_per_request in blocks "
+            "or tokens, padding_layers in layers, pool_bytes in bytes); 0 = as planned.",
+            labels=["term"],
+        )
+        for term in terms:
+            family.add_metric([term.name], term.observed - term.planned)
+        yield family
 
     def _plan_sizes(self) -> Iterable[Metric]:
         plan = self._plan

@@ -19,6 +19,7 @@ from entrypoint.config import EntrypointConfig
 from entrypoint.errors import ConfigError
 from entrypoint.gateway_mode import BYPASS_ENV, bypass_env, middleware_args
 from entrypoint.hardware import Machine
+from entrypoint.vllm_flags import flag_value, without_flag
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 WEIGHTS_PLACEHOLDER = "<SPARKSERVE_WEIGHTS>"
@@ -26,6 +27,9 @@ WEIGHTS_PLACEHOLDER = "<SPARKSERVE_WEIGHTS>"
 # `ps` and /proc/PID/cmdline, and a key that starts with "-" is not taken for a flag.
 API_KEY_ENV = "VLLM_API_KEY"
 SECRET_ENV = (BYPASS_ENV, API_KEY_ENV)
+GDN_PREFILL_FLAG = "--gdn-prefill-backend"
+# The entrypoint's GDN prefill backend for hybrids on cuda (entrypoint/gdn.py says why).
+DEFAULT_GDN_PREFILL_BACKEND = "triton"
 # Where each compile cache goes under SPARKSERVE_CACHE_DIR (env var read by the child).
 CACHE_ENV = {
     "VLLM_CACHE_ROOT": "vllm",
@@ -55,8 +59,20 @@ class Launch:
         return (env + " " if env else "") + shlex.join(self.argv)
 
 
-def plan_options(config: EntrypointConfig, machine: Machine) -> PlanOptions:
-    """The planner's inputs: settings first, the detected machine where settings are silent."""
+def gdn_prefill_backend(config: EntrypointConfig) -> str:
+    """SPARKSERVE_GDN_PREFILL_BACKEND, else the one in SPARKSERVE_VLLM_EXTRA_ARGS, else
+    triton: the backend vLLM will run, so the plan's KV blocks are the ones vLLM builds."""
+    given = config.plan.gdn_prefill_backend
+    return (
+        given or flag_value(config.vllm_extra_args, GDN_PREFILL_FLAG) or DEFAULT_GDN_PREFILL_BACKEND
+    )
+
+
+def plan_options(
+    config: EntrypointConfig, machine: Machine, vllm_version: str | None = None
+) -> PlanOptions:
+    """The planner's inputs: settings first, the detected machine (and vLLM) where
+    settings are silent."""
     given = config.plan
     custom = given.hardware is None and machine.profile is None
     return replace(
@@ -65,12 +81,14 @@ def plan_options(config: EntrypointConfig, machine: Machine) -> PlanOptions:
         memory_gib=machine.memory_gib if custom else None,
         uma=machine.uma if custom else None,
         device=given.device or (None if given.hardware else machine.device),
+        vllm_version=given.vllm_version or vllm_version,
+        gdn_prefill_backend=gdn_prefill_backend(config),
     )
 
 
-def make_plan(config: EntrypointConfig, machine: Machine) -> Plan:
+def make_plan(config: EntrypointConfig, machine: Machine, vllm_version: str | None = None) -> Plan:
     try:
-        return build_plan(plan_options(config, machine), probe_host())
+        return build_plan(plan_options(config, machine, vllm_version), probe_host())
     except BudgetError as exc:
         raise ConfigError(f"SPARKSERVE_MODEL={config.plan.model!r}: {exc}") from None
 
@@ -126,6 +144,8 @@ def cache_env(cache_dir: str | None) -> dict[str, str]:
 
 def build_launch(config: EntrypointConfig, plan: Plan, console_script: str | None = None) -> Launch:
     planned = (*_model_args(config, plan), *vllm_args(plan), *_serving_args(config))
+    if flag_value(config.vllm_extra_args, GDN_PREFILL_FLAG) is not None:
+        planned = without_flag(planned, GDN_PREFILL_FLAG)  # the user's copy, last, wins
     return Launch(
         prefix=launcher_prefix(console_script),
         planned_args=planned,

@@ -31,6 +31,7 @@ from entrypoint.signals import SignalFlag, StopRequested
 from entrypoint.state import Lifecycle
 from entrypoint.supervisor import Context, Supervisor
 from entrypoint.vllm_flags import check_flags, known_flags, vllm_parser
+from entrypoint.vllm_version import PlannedVersion, installed_vllm_version, planned_version
 
 CONTROL_HOST = "0.0.0.0"
 
@@ -47,10 +48,19 @@ def prepare(config: EntrypointConfig, console: Console) -> Prepared:
     machine = detect(read_gpus(load_nvml()))
     console.say(f"machine: {machine.describe()}")
     check_model_dir(config.plan.model)
-    plan = make_plan(config, machine)
+    vllm = planned_version(config.plan.vllm_version, installed_vllm_version())
+    plan = make_plan(config, machine, vllm.version)
+    console.say(rules_line(plan, vllm))
     check_role(config, plan)
     launch = build_launch(config, plan, vllm_console_script())
     return Prepared(machine, plan, for_head(launch, config) if config.role == "head" else launch)
+
+
+def rules_line(plan: Plan, vllm: PlannedVersion) -> str:
+    """Which vLLM the plan is for, from where, and which release's KV rules it applies."""
+    chosen = plan.settings.vllm
+    line = f"vLLM {chosen.version} ({vllm.source}): KV rules of vLLM {chosen.rules.name}"
+    return f"{line}; {chosen.warning}" if chosen.warning else line
 
 
 def dry_run(config: EntrypointConfig, console: Console) -> int:

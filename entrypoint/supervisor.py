@@ -21,6 +21,7 @@ import httpx
 
 from budget.plan import Plan
 from entrypoint import calibration
+from entrypoint.capacity import capacity_line
 from entrypoint.child import VLLMChild, describe_returncode, private_rpc_dir, reap_orphans
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
@@ -152,6 +153,8 @@ class Supervisor:
         self._wait_healthy(child)
         ctx = self.ctx
         ctx.console.say(calibration.render(ctx.plan, ctx.watcher.snapshot()))
+        if line := capacity_line(ctx.plan, ctx.watcher.snapshot()):
+            ctx.console.say(line)
         if ctx.config.warmup:
             ctx.lifecycle.update(phase=WARMING_UP)
             seconds = self._watched(

@@ -78,3 +78,31 @@ def check_flags(
     if error := parse_error(parser, [*planned, *extra]):
         raise PreflightError(f"vLLM {version} rejects the arguments: {error}")
     return version
+
+
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The last value given to `flag` in `args` (`--flag v` or `--flag=v`), else None."""
+    value = None
+    for i, word in enumerate(args):
+        if flag_name(word) != flag:
+            continue
+        if "=" in word:
+            value = word.split("=", 1)[1]
+        elif i + 1 < len(args):
+            value = args[i + 1]
+    return value
+
+
+def without_flag(args: Sequence[str], flag: str) -> tuple[str, ...]:
+    """`args` less every `flag` and its value (the user's copy of it wins)."""
+    kept: list[str] = []
+    skip = False
+    for word in args:
+        if skip:
+            skip = False
+            continue
+        if flag_name(word) == flag:
+            skip = "=" not in word
+            continue
+        kept.append(word)
+    return tuple(kept)

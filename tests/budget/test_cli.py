@@ -83,6 +83,8 @@ def test_kv_bytes_accept_vllm_suffix(capsys: pytest.CaptureFixture[str]) -> None
         ["--chart", "out.pdf"],
         ["--device", "cpu", "--cpu-avx512-bf16", "maybe"],
         ["--hardware", "h200", "--cpu-avx512-bf16", "yes"],
+        ["--vllm-version", "latest"],
+        ["--gdn-prefill-backend", "fla"],
     ],
 )
 def test_bad_input_is_exit_2_and_one_line(args: list[str]) -> None:
@@ -129,3 +131,26 @@ def test_cpu_avx512_bf16_flag_reaches_the_json(capsys: pytest.CaptureFixture[str
     assert (plans["yes"]["cpu_avx512_bf16"], plans["no"]["cpu_avx512_bf16"]) == (True, False)
     # fp32 SSM state: larger GDN pages, so fewer tokens in the same pool.
     assert plans["yes"]["kv_cache_tokens"] < plans["no"]["kv_cache_tokens"]
+
+
+def test_vllm_version_and_its_rules_reach_the_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--json", "--vllm-version", "0.23.1rc1.dev531+ga65f93fb2"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["vllm_version"] == "0.23.1rc1.dev531+ga65f93fb2"
+    assert data["vllm_rules"]["name"] == "0.21-0.25"
+    assert data["settings"]["prefix_caching"] is False  # 0.21-0.25: off for hybrids
+    assert "--no-enable-prefix-caching" in data["vllm_args"]
+
+
+def test_unknown_vllm_version_warns_with_the_rules_applied(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--json", "--vllm-version", "0.99.0"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert any("0.99.0" in w and "0.33-0.34 rules" in w for w in warnings), warnings
+
+
+def test_gdn_prefill_backend_is_passed_to_vllm(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--format", "argv", "--gdn-prefill-backend", "triton"]) == 0
+    args = capsys.readouterr().out.splitlines()
+    assert args[args.index("--gdn-prefill-backend") + 1] == "triton"

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tools.gpu.calibration_table import DOC, Run, load_runs, table, vllm024_capacity_blocks
+from tools.gpu.calibration_table import DOC, Run, capacity_blocks, load_runs, table
 
 GiB = 1024**3
 LOG_ROUNDING_BYTES = 0.005 * GiB  # vLLM prints GiB with two decimals
@@ -43,13 +43,13 @@ def test_hybrid_block_size_matches_vllm_line(runs: list[Run]) -> None:
     for run in hybrids:
         logged = re.search(r"Setting attention block size to (\d+) tokens", run.log)
         assert logged, run.tag
-        assert vllm024_capacity_blocks(run)[0] == int(logged[1]), run.tag
+        assert capacity_blocks(run)[0] == int(logged[1]), run.tag
 
 
 def test_kv_tokens_follow_exactly_from_the_pool(runs: list[Run]) -> None:
     """Some whole number of blocks inside the logged pool gives the logged tokens."""
     for run in runs:
-        _, per_block, candidates = vllm024_capacity_blocks(run)
+        _, per_block, candidates = capacity_blocks(run)
         assert candidates, run.tag
         available = run.observed.kv_cache_bytes
         assert available is not None

@@ -19,8 +19,11 @@ from budget.kv import (
     kv_layout,
     min_kv_bytes_to_start,
 )
+from budget.vllm_rules import RULE_SETS, choose_rules
 
 GIB = 1024**3
+V033 = choose_rules("0.33.0").rules
+V032 = choose_rules("0.32.0").rules
 DENSE = KVModel(2, 0, 2, 32, 32, 2)  # the DESIGN §3 run: Qwen3, 2 layers, 2 KV heads × 32
 # Qwen3-Next-80B-A3B: 48 layers, interval 4, 2 KV heads × 256, GDN 16 key / 32 value × 128.
 QWEN3_NEXT = KVModel(12, 36, 2, 256, 256, 2, 16, 32, 128, 128, 4, mtp_layers=1)
@@ -63,14 +66,20 @@ def test_qwen3_next_on_gpu_raises_block_to_544() -> None:
     )
 
 
-def test_flashinfer_gdn_checkpoint_aligns_to_64_and_adds_a_block() -> None:
-    layout = kv_layout(QWEN3_NEXT, settings(flashinfer_gdn_align=True))
+def test_flashinfer_gdn_checkpoint_aligns_to_64_and_adds_a_block_on_033() -> None:
+    layout = kv_layout(QWEN3_NEXT, settings(flashinfer_gdn_align=True, rules=V033))
     assert layout.block_size == 576
     assert layout.mamba_blocks_per_group == 3
 
 
+def test_flashinfer_gdn_path_changes_nothing_before_033() -> None:
+    layout = kv_layout(QWEN3_NEXT, settings(flashinfer_gdn_align=True, rules=V032))
+    assert (layout.block_size, layout.mamba_blocks_per_group) == (544, 2)
+
+
 def test_flashinfer_checkpoint_needs_align_mode() -> None:
-    layout = kv_layout(QWEN3_NEXT, settings(flashinfer_gdn_align=True, prefix_caching=False))
+    changes = {"flashinfer_gdn_align": True, "prefix_caching": False, "rules": V033}
+    layout = kv_layout(QWEN3_NEXT, settings(**changes))
     assert (layout.block_size, layout.mamba_blocks_per_group) == (544, 1)
 
 
@@ -171,6 +180,7 @@ any_settings = st.builds(
     mtp_k=st.just(0),
     block_size=st.sampled_from([None, 16, 32, 64, 128]),
     flashinfer_gdn_align=st.booleans(),
+    rules=st.sampled_from(RULE_SETS),
 )
 
 

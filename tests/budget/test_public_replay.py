@@ -1,0 +1,163 @@
+"""Replay vLLM logs that users posted publicly (fixtures/public/) under the rules of the
+vLLM that wrote them: each fixture names its source, vLLM version, GPU, arguments and
+the model's config.  The planner's layout must give the logged block size and padding
+lines, and one whole number of blocks inside the logged pool (2-decimal GiB) must give
+exactly the logged token count and concurrency."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from budget.kv import KVCapacity, KVLayout, KVSettings, kv_capacity, kv_layout
+from budget.model import model_from_config
+from budget.plan import kv_model
+from budget.vllm_rules import RuleChoice, choose_rules
+from entrypoint.logscan import LogWatcher, Observed
+
+FIXTURES = Path(__file__).parent / "fixtures" / "public"
+GiB = 1024**3
+HALF_LOGGED_GIB = 0.005 * GiB  # vLLM prints GiB with two decimals
+HEADER = re.compile(r"^# ([a-z-]+): (.*)$")
+BLOCK_LINE = re.compile(r"Setting attention block size to (\d+) tokens")
+PADDING_LINE = re.compile(r"Padding mamba page size by [\d.]+%")
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    header: dict[str, str]
+    log: str
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return dict(json.loads(self.header["args"]))
+
+    @property
+    def vllm(self) -> RuleChoice:
+        return choose_rules(self.header["vllm"])
+
+    def observed(self) -> Observed:
+        watcher = LogWatcher()
+        for line in self.log.splitlines():
+            watcher.feed(line)
+        return watcher.snapshot()
+
+
+def load(path: Path) -> Fixture:
+    header: dict[str, str] = {}
+    body: list[str] = []
+    for line in path.read_text().splitlines():
+        match = HEADER.match(line)
+        if match and not body:
+            header[match[1]] = match[2]
+        else:
+            body.append(line)
+    return Fixture(path.stem, header, "\n".join(body))
+
+
+FIXTURE_PATHS = sorted(FIXTURES.glob("*.log"))
+
+
+def layout_for(fixture: Fixture) -> KVLayout:
+    args = fixture.args
+    rules = fixture.vllm.rules
+    spec = model_from_config(json.loads(fixture.header["config"]), fixture.name, fixture.name)
+    caching = args["prefix_caching"]
+    settings = KVSettings(
+        tp=args["tp"],
+        device="cuda",
+        kv_cache_dtype=args["kv_cache_dtype"],
+        max_model_len=args["max_model_len"],
+        prefix_caching=rules.hybrid_prefix_caching_default if caching is None else caching,
+        mtp_k=args["mtp"],
+        rules=rules,
+    )
+    return kv_layout(kv_model(spec, args["mtp"]), settings)
+
+
+def candidate_blocks(layout: KVLayout, seen: Observed, max_model_len: int) -> range:
+    """num_blocks inside the logged pool, or (no pool line) near the logged concurrency."""
+    if seen.kv_cache_bytes is not None:
+        low = int((seen.kv_cache_bytes - HALF_LOGGED_GIB) // layout.bytes_per_block)
+        high = int((seen.kv_cache_bytes + HALF_LOGGED_GIB) // layout.bytes_per_block)
+        return range(low, high + 1)
+    assert seen.max_concurrency is not None
+    per_request = layout.blocks_per_request
+    return range(
+        int((seen.max_concurrency - 0.01) * per_request),
+        int((seen.max_concurrency + 0.01) * per_request) + 1,
+    )
+
+
+def capacities(fixture: Fixture) -> list[KVCapacity]:
+    layout = layout_for(fixture)
+    max_len = fixture.args["max_model_len"]
+    seen = fixture.observed()
+    blocks = candidate_blocks(layout, seen, max_len)
+    return [kv_capacity(layout, n * layout.bytes_per_block, max_len) for n in blocks]
+
+
+def test_there_are_public_fixtures_from_several_releases() -> None:
+    versions = {load(path).header["vllm"] for path in FIXTURE_PATHS}
+    assert len(versions) >= 2, versions
+
+
+@pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
+def test_fixture_names_source_version_and_config(path: Path) -> None:
+    header = load(path).header
+    assert header["source"].startswith("https://github.com/")
+    for key in ("vllm", "args", "config", "config-source", "gpu", "model"):
+        assert header.get(key), key
+
+
+@pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
+def test_block_size_and_padding_lines_as_logged(path: Path) -> None:
+    fixture = load(path)
+    layout = layout_for(fixture)
+    if logged := BLOCK_LINE.search(fixture.log):
+        assert layout.block_size == int(logged[1])
+    padded = any(PADDING_LINE.search(line) for line in layout.log_lines)
+    assert padded == bool(PADDING_LINE.search(fixture.log)) or not BLOCK_LINE.search(fixture.log)
+
+
+@pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
+def test_logged_tokens_and_concurrency_from_a_whole_number_of_blocks(path: Path) -> None:
+    fixture = load(path)
+    seen = fixture.observed()
+    assert seen.kv_cache_tokens is not None and seen.max_concurrency is not None
+    exact = [
+        c
+        for c in capacities(fixture)
+        if c.kv_cache_tokens == seen.kv_cache_tokens
+        and f"{c.max_concurrency:.2f}" == f"{seen.max_concurrency:.2f}"
+    ]
+    assert exact, [(c.num_blocks, c.kv_cache_tokens) for c in capacities(fixture)]
+
+
+def test_versions_outside_the_known_releases_say_which_rules_replayed_them() -> None:
+    for path in FIXTURE_PATHS:
+        fixture = load(path)
+        release = tuple(int(p) for p in fixture.header["vllm"].split(".")[:2])
+        assert (fixture.vllm.warning is None) == ((0, 20) <= release <= (0, 34)), path.stem
+
+
+def test_the_newest_rules_would_not_replay_the_0_24_log() -> None:
+    """Same log, 0.33 rules and FlashInfer's GDN path (an RTX 5090 is SM 12.0): the
+    block and the blocks per request change, and the logged tokens no longer come out."""
+    fixture = load(FIXTURES / "club3090-612_qwen3.6-35b-a3b_v0.24.0.log")
+    old = layout_for(fixture)
+    new_settings = KVSettings(
+        tp=1, device="cuda", kv_cache_dtype="fp8", max_model_len=131_072,
+        prefix_caching=True, mtp_k=0, flashinfer_gdn_align=True,
+        rules=choose_rules("0.33.0").rules,
+    )  # fmt: skip
+    spec = model_from_config(json.loads(fixture.header["config"]), "m", "m")
+    new = kv_layout(kv_model(spec, 0), new_settings)
+    assert (old.block_size, new.block_size) == (2096, 2112)
+    assert new.blocks_per_request == old.blocks_per_request + 3
