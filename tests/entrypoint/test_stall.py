@@ -84,7 +84,10 @@ def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
         tiny_model_dir,
         tmp_path / "entrypoint.log",
         SPARKSERVE_STALL_TIMEOUT_S=str(TIMEOUT_S),
-        SPARKSERVE_MAX_NUM_BATCHED_TOKENS="16",  # a 4,000-token prompt: 250 chunks
+        # A 4,000-token prompt in 500 chunks: each engine step's fixed cost makes its
+        # prefill last well past the timeout (16-token chunks took 0.7-1.3 s).
+        SPARKSERVE_MAX_NUM_BATCHED_TOKENS="8",
+        SPARKSERVE_MAX_NUM_SEQS="4",
         SPARKSERVE_WARMUP="off",
         SPARKSERVE_SERVED_MODEL_NAME="tiny",
     )
@@ -109,15 +112,19 @@ def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
         assert run.proc.poll() is None, run.log()[-4000:]
         assert "no progress" not in run.log() and "probe" not in run.log()
 
+        seen: list[str] = []
+
         def stream() -> None:
             body = {"model": "tiny", "prompt": "hi", "max_tokens": 3000, "ignore_eos": True}
             body["stream"] = True
             try:
                 with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+                    seen.append(str(r.status_code))
                     for _ in r.iter_bytes():
                         pass
-            except httpx.HTTPError:
-                pass  # vLLM is stopped under it
+                    seen.append("ended")
+            except httpx.HTTPError as exc:
+                seen.append(type(exc).__name__)  # vLLM is stopped under it
 
         threading.Thread(target=stream, daemon=True).start()
         time.sleep(1.0)  # tokens are flowing
@@ -127,6 +134,7 @@ def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
         assert engines, [p.cmdline() for p in run.note_descendants()]
         for engine in engines:
             engine.suspend()
+        assert seen == ["200"], seen  # the stream is still running when the engine stops
         code = run.proc.wait(timeout=60)
         log = run.log()
         assert code == 3, log[-4000:]
