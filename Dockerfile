@@ -40,6 +40,7 @@ COPY gateway ./gateway
 # pyproject lists these packages too: setuptools needs their folders to install.
 COPY bench ./bench
 COPY reliability ./reliability
+COPY draftvocab ./draftvocab
 
 # --- gateway: small image, no GPU libraries ---------------------------------------------
 # In a venv (first on PATH): Debian's own Python is externally managed, python:slim's is not.

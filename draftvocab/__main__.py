@@ -1,0 +1,5 @@
+import sys
+
+from draftvocab.cli import main
+
+sys.exit(main())
