@@ -94,10 +94,23 @@ def _release(version: Version) -> tuple[int, int, int]:
     return major, minor, patch
 
 
-def _set_for(release: tuple[int, int, int]) -> VLLMRules:
+def _reaches(version: Version, first: tuple[int, int, int]) -> bool:
+    """Whether `version` has the rules of the set that starts at `first`.
+
+    A set starting at a minor release (0.26.0) takes that minor's rc and dev builds too
+    (0.26.0rc1.dev5). A set starting at a patch release starts at the release itself: a
+    main-branch build numbered after the patch (0.20.1rc1.dev23, the GB10 log of
+    eugr/spark-vllm-docker#200) can predate the change, and that one still logs per group.
+    """
+    if first[2] == 0:
+        return _release(version)[:2] >= first[:2]
+    return version >= Version(".".join(str(part) for part in first))
+
+
+def _set_for(version: Version) -> VLLMRules:
     chosen = RULE_SETS[0]
     for rules in RULE_SETS:
-        if release >= rules.first:
+        if _reaches(version, rules.first):
             chosen = rules
     return chosen
 
@@ -115,7 +128,7 @@ def choose_rules(raw: str | None) -> RuleChoice:
             f"vLLM {text} is a source build without release tags; "
             f"planning with the newest rules the planner knows (vLLM {rules.name})",
         )
-    rules = _set_for(release)
+    rules = _set_for(version)
     first = RULE_SETS[0].first
     if first[:2] <= release[:2] <= LAST_KNOWN:
         return RuleChoice(text, rules)
