@@ -136,7 +136,7 @@ class KVLayout:
     attention_layers: int = 0  # main + MTP full-attention KV layers
     conv_state_shape: tuple[int, ...] = field(default=())
     ssm_state_shape: tuple[int, ...] = field(default=())
-    kv_tokens_per_group: bool = False  # vLLM 0.20 logs num_blocks // groups * block tokens
+    kv_tokens_per_group: bool = False  # vLLM 0.20.0 logs num_blocks // groups * block tokens
 
 
 @dataclass(frozen=True)
@@ -288,7 +288,7 @@ def kv_capacity(layout: KVLayout, kv_cache_bytes: int, max_model_len: int) -> KV
 def _logged_tokens(
     layout: KVLayout, num_blocks: int, max_concurrency: float, max_model_len: int
 ) -> int:
-    """The "KV cache size: N tokens" vLLM logs (0.20: per group; 0.21+: from concurrency)."""
+    """The "KV cache size: N tokens" vLLM logs (0.20.0: per group; 0.20.1+: from concurrency)."""
     if layout.kv_tokens_per_group:
         return num_blocks // layout.num_groups * layout.block_size
     return int(max_concurrency * max_model_len)

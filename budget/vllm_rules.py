@@ -2,7 +2,8 @@
 
 Each rule was read in the release's own wheel (`pip download --no-deps vllm==X.Y.Z`);
 docs/kv-arithmetic.md has the table with the files.  Releases 0.20.0 - 0.34.0 were read;
-a version outside them gets the nearest rule set and a warning that says so.
+a version outside them gets the nearest rule set and a warning that says so.  A rule set
+starts at a (major, minor, patch) release: the logged token count changed in 0.20.1.
 The rules cover what the planner models (full attention + Gated-DeltaNet hybrids).
 """
 
@@ -21,10 +22,11 @@ VERSION_EXAMPLE = "0.32.0 or 0.23.1rc1.dev531+ga65f93fb2"
 class VLLMRules:
     """One range of releases whose KV arithmetic is the same (for what the planner models)."""
 
-    name: str  # the releases it covers, "0.21-0.25"
-    first: tuple[int, int]  # (major, minor) of its first release
-    # v1/core/kv_cache_utils.py `_report_kv_cache_config` (0.20): the logged tokens are
-    # num_blocks // num_groups * block_size; 0.21+: int(max_concurrency * max_model_len).
+    name: str  # the releases it covers, "0.20.1-0.25"
+    first: tuple[int, int, int]  # (major, minor, patch) of its first release
+    # v1/core/kv_cache_utils.py `_report_kv_cache_config` (0.20.0 and before): the logged
+    # tokens are num_blocks // num_groups * block_size; 0.20.1+: int(max_concurrency *
+    # max_model_len) (read in the 0.20.0, 0.20.1 and 0.20.2 wheels).
     kv_tokens_per_group: bool
     # kv_cache_utils.py `update_kv_cache_capacity` (0.28+): tokens and concurrency on one
     # line; before, "GPU KV cache size: N tokens" and "Maximum concurrency ..." apart.
@@ -50,21 +52,21 @@ class VLLMRules:
         }
 
 
-def _rules(name: str, first: tuple[int, int], *flags: bool) -> VLLMRules:
+def _rules(name: str, first: tuple[int, int, int], *flags: bool) -> VLLMRules:
     return VLLMRules(name, first, *flags)
 
 
 # Oldest first; flags in field order: per-group tokens, one line, device name,
 # hybrid prefix caching by default, FlashInfer GDN checkpoint.
 RULE_SETS: tuple[VLLMRules, ...] = (
-    _rules("0.20", (0, 20), True, False, False, False, False),
-    _rules("0.21-0.25", (0, 21), False, False, False, False, False),
-    _rules("0.26-0.27", (0, 26), False, False, False, True, False),
-    _rules("0.28-0.29", (0, 28), False, True, False, True, False),
-    _rules("0.30-0.32", (0, 30), False, True, True, True, False),
-    _rules("0.33-0.34", (0, 33), False, True, True, True, True),
+    _rules("0.20.0", (0, 20, 0), True, False, False, False, False),
+    _rules("0.20.1-0.25", (0, 20, 1), False, False, False, False, False),
+    _rules("0.26-0.27", (0, 26, 0), False, False, False, True, False),
+    _rules("0.28-0.29", (0, 28, 0), False, True, False, True, False),
+    _rules("0.30-0.32", (0, 30, 0), False, True, True, True, False),
+    _rules("0.33-0.34", (0, 33, 0), False, True, True, True, True),
 )
-LAST_KNOWN = (0, 34)  # the newest release read
+LAST_KNOWN = (0, 34)  # (major, minor) of the newest release read
 # setuptools-scm's version for a checkout without release tags (a vLLM built from source,
 # e.g. `0.1.dev20073+g8e685d198`): newer than any release it was branched after.
 UNTAGGED_SOURCE_BUILD = (0, 1)
@@ -87,15 +89,28 @@ def parse_vllm_version(raw: str) -> Version:
         raise ValueError(f"must be a vLLM version such as {VERSION_EXAMPLE}") from None
 
 
-def _release(version: Version) -> tuple[int, int]:
-    major, minor = (*version.release, 0)[:2]
-    return major, minor
+def _release(version: Version) -> tuple[int, int, int]:
+    major, minor, patch = (*version.release, 0, 0)[:3]
+    return major, minor, patch
 
 
-def _set_for(release: tuple[int, int]) -> VLLMRules:
+def _reaches(version: Version, first: tuple[int, int, int]) -> bool:
+    """Whether `version` has the rules of the set that starts at `first`.
+
+    A set starting at a minor release (0.26.0) takes that minor's rc and dev builds too
+    (0.26.0rc1.dev5). A set starting at a patch release starts at the release itself: a
+    main-branch build numbered after the patch (0.20.1rc1.dev23, the GB10 log of
+    eugr/spark-vllm-docker#200) can predate the change, and that one still logs per group.
+    """
+    if first[2] == 0:
+        return _release(version)[:2] >= first[:2]
+    return version >= Version(".".join(str(part) for part in first))
+
+
+def _set_for(version: Version) -> VLLMRules:
     chosen = RULE_SETS[0]
     for rules in RULE_SETS:
-        if release >= rules.first:
+        if _reaches(version, rules.first):
             chosen = rules
     return chosen
 
@@ -105,7 +120,7 @@ def choose_rules(raw: str | None) -> RuleChoice:
     text = DEFAULT_VLLM_VERSION if raw is None else raw.strip()
     version = parse_vllm_version(text)
     release = _release(version)
-    if version.is_devrelease and release == UNTAGGED_SOURCE_BUILD:
+    if version.is_devrelease and release[:2] == UNTAGGED_SOURCE_BUILD:
         rules = RULE_SETS[-1]
         return RuleChoice(
             text,
@@ -113,10 +128,11 @@ def choose_rules(raw: str | None) -> RuleChoice:
             f"vLLM {text} is a source build without release tags; "
             f"planning with the newest rules the planner knows (vLLM {rules.name})",
         )
-    rules = _set_for(release)
-    if RULE_SETS[0].first <= release <= LAST_KNOWN:
+    rules = _set_for(version)
+    first = RULE_SETS[0].first
+    if first[:2] <= release[:2] <= LAST_KNOWN:
         return RuleChoice(text, rules)
-    known = f"{RULE_SETS[0].name.split('-')[0]}-{LAST_KNOWN[0]}.{LAST_KNOWN[1]}"
+    known = f"{first[0]}.{first[1]}-{LAST_KNOWN[0]}.{LAST_KNOWN[1]}"
     return RuleChoice(
         text,
         rules,

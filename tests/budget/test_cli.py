@@ -137,8 +137,8 @@ def test_vllm_version_and_its_rules_reach_the_json(capsys: pytest.CaptureFixture
     assert main(["plan", "--json", "--vllm-version", "0.23.1rc1.dev531+ga65f93fb2"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["vllm_version"] == "0.23.1rc1.dev531+ga65f93fb2"
-    assert data["vllm_rules"]["name"] == "0.21-0.25"
-    assert data["settings"]["prefix_caching"] is False  # 0.21-0.25: off for hybrids
+    assert data["vllm_rules"]["name"] == "0.20.1-0.25"
+    assert data["settings"]["prefix_caching"] is False  # 0.20.1-0.25: off for hybrids
     assert "--no-enable-prefix-caching" in data["vllm_args"]
 
 

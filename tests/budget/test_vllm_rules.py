@@ -35,10 +35,13 @@ def test_the_default_is_the_amd64_image_pin() -> None:
 @pytest.mark.parametrize(
     ("version", "rules"),
     [
-        ("0.20.0", "0.20"),
-        ("0.20.2", "0.20"),
-        ("0.23.1rc1.dev531+ga65f93fb2", "0.21-0.25"),
-        ("0.24.0", "0.21-0.25"),
+        ("0.20.0", "0.20.0"),
+        ("0.20.1", "0.20.1-0.25"),
+        ("0.20.1rc1.dev23+gde3da0b97.d20260428", "0.20.0"),
+        ("0.26.0rc1.dev5", "0.26-0.27"),
+        ("0.20.2rc1.dev9+g01d4d1ad3", "0.20.1-0.25"),
+        ("0.23.1rc1.dev531+ga65f93fb2", "0.20.1-0.25"),
+        ("0.24.0", "0.20.1-0.25"),
         ("0.26.0", "0.26-0.27"),
         ("0.29.0", "0.28-0.29"),
         ("0.32.0", "0.30-0.32"),
@@ -53,7 +56,7 @@ def test_known_releases_pick_their_rules_without_warning(version: str, rules: st
 
 @pytest.mark.parametrize(
     ("version", "rules"),
-    [("0.19.1", "0.20"), ("0.35.0", "0.33-0.34"), ("1.0.0", "0.33-0.34")],
+    [("0.19.1", "0.20.0"), ("0.35.0", "0.33-0.34"), ("1.0.0", "0.33-0.34")],
 )
 def test_unknown_releases_warn_naming_the_rules_applied(version: str, rules: str) -> None:
     choice = choose_rules(version)
@@ -102,8 +105,10 @@ def test_only_033_on_aligns_flashinfer_gdn_blocks_to_64() -> None:
     assert blocks == {"0.32.0": 544, "0.33.0": 576}
 
 
-def test_0_20_logs_tokens_per_group_later_releases_from_concurrency() -> None:
-    old, new = _layout("0.20.0"), _layout("0.21.0")
+@pytest.mark.parametrize("later", ["0.20.1", "0.21.0"])
+def test_0_20_0_logs_tokens_per_group_later_releases_from_concurrency(later: str) -> None:
+    """`_report_kv_cache_config` changed between the 0.20.0 and 0.20.1 wheels."""
+    old, new = _layout("0.20.0"), _layout(later)
     n = 1000
     # Qwen3-Next: 4 groups (1 attention + 3 GDN) of 12 layers, blocks of 544 tokens.
     assert kv_capacity(old, n * old.bytes_per_block, 262_144).kv_cache_tokens == n // 4 * 544

@@ -54,9 +54,9 @@ def test_installed_version_reaches_the_plan_and_the_start_line() -> None:
     config = load_config({"SPARKSERVE_MODEL": "qwen3-next-80b-a3b"})
     vllm = planned_version(None, ("0.23.1rc1.dev531+ga65f93fb2", "vllm"))
     plan = make_plan(config, H200, vllm.version)
-    assert plan.settings.vllm.rules.name == "0.21-0.25"
+    assert plan.settings.vllm.rules.name == "0.20.1-0.25"
     assert rules_line(plan, vllm) == (
-        "vLLM 0.23.1rc1.dev531+ga65f93fb2 (installed vllm): KV rules of vLLM 0.21-0.25"
+        "vLLM 0.23.1rc1.dev531+ga65f93fb2 (installed vllm): KV rules of vLLM 0.20.1-0.25"
     )
 
 
