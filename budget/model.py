@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from budget.context import ContextLimit, context_limit
 from budget.errors import BudgetError
 
 FULL_ATTENTION = "full_attention"
@@ -77,6 +78,14 @@ class ModelSpec:
     moe: MoESpec | None = None
     mtp_layers: int = 0
     assumed: tuple[str, ...] = field(default=(), compare=False)
+    # `quantization_config.quant_method` (fp8, modelopt, awq, gptq, auto-round, …); None = none.
+    quantization: str | None = None
+    # The longest max_model_len vLLM accepts (budget/context.py); None = max_position_embeddings.
+    context: ContextLimit | None = None
+
+    @property
+    def context_limit(self) -> ContextLimit:
+        return self.context or ContextLimit(self.max_position_embeddings, "max_position_embeddings")
 
     @property
     def num_layers(self) -> int:
@@ -181,8 +190,20 @@ def _moe(cfg: dict[str, Any], source: str) -> MoESpec | None:
     )
 
 
-def model_from_config(config: dict[str, Any], name: str, source: str) -> ModelSpec:
-    """Build a ModelSpec from a parsed config.json; `source` names it in errors."""
+def quantization_method(config: dict[str, Any]) -> str | None:
+    """`quantization_config.quant_method` at the top or under `text_config`."""
+    for cfg in (config, config.get("text_config") or {}):
+        qc = cfg.get("quantization_config") if isinstance(cfg, dict) else None
+        if isinstance(qc, dict):
+            return str(qc.get("quant_method") or qc.get("quant_algo") or "unknown").lower()
+    return None
+
+
+def model_from_config(
+    config: dict[str, Any], name: str, source: str, tokenizer_max_length: int | None = None
+) -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json; `source` names it in errors.
+    `tokenizer_max_length`: tokenizer_config.json's model_max_length, which caps the context."""
     cfg = text_config(config)
     archs = config.get("architectures") or cfg.get("architectures") or [cfg.get("model_type")]
     num_layers = _positive_int(cfg, "num_hidden_layers", source)
@@ -210,4 +231,6 @@ def model_from_config(config: dict[str, Any], name: str, source: str) -> ModelSp
             cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0
         ),
         assumed=tuple(str(a) for a in config.get("_sparkserve_assumed", ())),
+        quantization=quantization_method(config),
+        context=context_limit(cfg, tokenizer_max_length),
     )
