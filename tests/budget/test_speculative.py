@@ -125,8 +125,6 @@ def test_vllm_gets_the_same_config_and_so_does_the_env_file(
     config = spec("eagle3", draft, k=3)
     args = plan(capsys, "--model", str(target), *CPU, "--speculative-config", config)["vllm_args"]
     assert json.loads(args[args.index("--speculative-config") + 1]) == json.loads(config)
-    assert main(["plan", "--model", str(target), *CPU, "--speculative-config", config]) == 0
-    capsys.readouterr()
     main(["plan", "--model", str(target), *CPU, "--speculative-config", config, "--format", "env"])
     env = capsys.readouterr().out.splitlines()
     assert (
