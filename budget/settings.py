@@ -138,7 +138,11 @@ def _batch_defaults(device: str, hw: Hardware) -> tuple[int, int]:
 
 
 def _formats(opts: PlanOptions, profile: ModelProfile) -> dict[str, str]:
-    one_for_all = opts.weights_dtype or profile.serving.get("weights_dtype")
+    one_for_all = (
+        opts.weights_dtype
+        or profile.serving.get("weights_dtype")
+        or profile.spec.quantization_format
+    )
     if one_for_all is not None:
         check_format(str(one_for_all), "weights_dtype")
     formats: dict[str, str] = {}

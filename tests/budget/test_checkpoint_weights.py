@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from budget.cli import main
+from entrypoint.tiny_model import config_for
 from tests.budget.checkpoints import tensor_bytes, write_awq_checkpoint, write_hf_checkpoint
 
 CPU = ["--device", "cpu", "--kv-cache-memory-bytes", "64M", "--max-model-len", "4096"]
@@ -161,3 +162,26 @@ def test_a_header_that_is_not_json_is_exit_2(
     header = b"{not json"
     (model / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
     assert "header is not valid JSON" in refusal(capsys, model)
+
+
+@pytest.mark.parametrize(
+    ("quantization_config", "weights_dtype"),
+    [
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4"),
+        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "int4"),
+    ],
+)
+def test_without_safetensors_quantization_config_sets_the_format(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    quantization_config: dict[str, Any],
+    weights_dtype: str,
+) -> None:
+    cfg = {**config_for("dense"), "quantization_config": quantization_config}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    from_config = plan_json(capsys, "--model", str(tmp_path), *CPU)
+    (tmp_path / "config.json").write_text(json.dumps(config_for("dense")))
+    given = plan_json(capsys, "--model", str(tmp_path), *CPU, "--weights-dtype", weights_dtype)
+    assert weights(from_config) == weights(given)
+    assert weights(from_config) != weights(plan_json(capsys, "--model", str(tmp_path), *CPU))

@@ -195,3 +195,30 @@ def test_max_num_seqs_above_the_mamba_blocks_with_full_graphs_is_exit_2(
     assert plan(capsys, *gpu, *small, "--max-num-seqs", str(blocks))["fits"]
     piecewise = ["--kv-cache-memory-bytes", "16M", "--cudagraph-mode", "PIECEWISE"]
     assert plan(capsys, *gpu, *piecewise, "--max-num-seqs", str(blocks + 1))["fits"]
+
+
+def test_llama_3_1_8b_with_an_eagle_head_has_one_kv_layer_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's case: an EAGLE-1 head for Llama-3.1-8B is one decoder layer of the
+    target's shape (8 KV heads × 128), so a fixed pool holds 32/33 of the tokens; the
+    plan without it was 3.1 % high."""
+    draft = tmp_path / "eagle-llama3.1-8b"
+    draft.mkdir()
+    eagle = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+        "torch_dtype": "float16",
+    }  # fmt: skip
+    (draft / "config.json").write_text(json.dumps(eagle))
+    pool, length, block = 40 * 2**30, 131072, 16
+    page = block * 8 * 2 * 128 * 2  # one layer, one GPU block, bf16 K and V
+    base = ["--model", "llama-3.1-8b", "--hardware", "h200", "--max-model-len", str(length)]
+    base += ["--kv-cache-memory-bytes", str(pool)]
+    alone = plan(capsys, *base)
+    drafted = plan(capsys, *base, "--speculative-config", spec("eagle", draft, k=3))
+    per_request = length // block
+    assert alone["kv_cache_tokens"] == int(pool // (32 * page) / per_request * length)
+    assert drafted["kv_cache_tokens"] == int(pool // (33 * page) / per_request * length)
+    assert 1.030 < alone["kv_cache_tokens"] / drafted["kv_cache_tokens"] < 1.032
