@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from budget.context import check_max_model_len
+from budget.drafters import drafter_for, speculation_for
 from budget.errors import BudgetError
 from budget.graphs import check_capture_sizes, seeds_capture_sizes, vllm_default_capture_sizes
 from budget.options import (
@@ -16,7 +17,7 @@ from budget.options import (
     PlanOptions,
 )
 from budget.profiles import GiB, Hardware, ModelProfile, load_hardware
-from budget.speculative import Speculation, resolve_speculation
+from budget.speculative import Speculation
 from budget.vllm_rules import DEFAULT_CHOICE, RuleChoice, choose_rules
 from budget.weights import COMPONENTS, check_format
 
@@ -27,7 +28,6 @@ GPU_70G_DEFAULTS = (8192, 1024)
 GPU_160G_DEFAULTS = (16384, 1024)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vllm/config/cache.py
 DEFAULT_CPU_MEMORY_GIB = 24.0
-MTP_ARCH_HINTS = ("Qwen3Next", "Qwen3_5")
 
 
 @dataclass(frozen=True)
@@ -154,47 +154,6 @@ def _formats(opts: PlanOptions, profile: ModelProfile) -> dict[str, str]:
     return formats
 
 
-def _speculation(opts: PlanOptions, profile: ModelProfile) -> Speculation | None:
-    """--speculative-config, else --mtp K, else the profile's MTP K."""
-    k = opts.mtp
-    if k is None and opts.speculative_config is None:
-        k = int(profile.serving.get("mtp", 0))
-    if k is not None and (k < 0 or k > 16):
-        raise BudgetError(f"mtp={k}; must be between 0 (off) and 16")
-    speculation = resolve_speculation(k, opts.speculative_config)
-    spec = profile.spec
-    if (
-        speculation is not None
-        and speculation.method == "mtp"
-        and spec.mtp_layers == 0
-        and not any(h in spec.architecture for h in MTP_ARCH_HINTS)
-    ):
-        raise BudgetError(
-            f"mtp={speculation.num_speculative_tokens}; model {spec.name} ({spec.architecture}) "
-            "has no MTP layers (num_nextn_predict_layers / mtp_num_hidden_layers); a "
-            "separate drafter is --speculative-config with method eagle, eagle3, dflash "
-            "or draft_model"
-        )
-    return speculation
-
-
-def _draft(speculation: Speculation | None, draft: ModelProfile | None) -> ModelProfile | None:
-    if speculation is None or not speculation.has_drafter:
-        return None
-    if draft is None:
-        raise BudgetError(
-            f"speculative_config method={speculation.method!r}: the drafter's directory "
-            f"{speculation.model!r} was not loaded"
-        )
-    if draft.spec.is_hybrid:
-        raise BudgetError(
-            f"speculative_config model={speculation.model!r} is a hybrid "
-            f"({draft.spec.architecture}); the planner sizes drafters of full-attention "
-            "layers only"
-        )
-    return draft
-
-
 def _graphs(
     opts: PlanOptions, profile: ModelProfile, ctx: tuple[str, Hardware, str, int, int, int]
 ) -> tuple[str, tuple[int, ...]]:
@@ -306,7 +265,7 @@ def resolve(
     mode = _choose("cudagraph_mode", opts.cudagraph_mode, CUDAGRAPH_MODES) or str(
         s.get("cudagraph_mode", "FULL_AND_PIECEWISE")
     )
-    speculation = _speculation(opts, profile)
+    speculation = speculation_for(opts, profile)
     mtp = speculation.num_speculative_tokens if speculation else 0
     mode, sizes = _graphs(opts, profile, (device, hw, mode, mtp, seqs, mnbt))
     util, kv_bytes, block = _memory(opts, device)
@@ -339,5 +298,5 @@ def resolve(
             "gdn_prefill_backend", opts.gdn_prefill_backend, GDN_PREFILL_BACKENDS
         ),
         speculation=speculation,
-        draft=_draft(speculation, draft),
+        draft=drafter_for(speculation, draft),
     )
