@@ -74,10 +74,12 @@ def _candidates(s: Settings) -> list[tuple[str, Settings]]:
     if s.mtp:
         out.append(
             (
-                "--mtp 0 (no MTP)",
+                "--mtp 0 (no MTP)" if s.draft_method == "mtp" else "no --speculative-config",
                 replace(
                     s,
                     mtp=0,
+                    speculation=None,
+                    draft=None,
                     draft_vocab_rows=0,
                     capture_sizes=tuple(
                         c // (s.mtp + 1) for c in s.capture_sizes if c % (s.mtp + 1) == 0

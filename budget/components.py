@@ -9,13 +9,10 @@ from budget.graphs import graph_pool_bytes
 from budget.model import ModelSpec
 from budget.profiles import GiB, ModelProfile
 from budget.settings import Settings
+from budget.speculative import MODEL_FREE_METHODS
 from budget.units import MiB
-from budget.weights import (
-    FORMAT_BYTES_PER_PARAM,
-    main_model_params,
-    mtp_params,
-    sharded,
-)
+from budget.weight_sources import WeightSizes, weight_sizes
+from budget.weights import FORMAT_BYTES_PER_PARAM
 
 # Estimates calibrated on an H200 with vLLM 0.24 (docs/gpu-calibration.md; the
 # logs are replayed by tests/budget/test_gpu_calibration.py):
@@ -35,39 +32,13 @@ FP32 = 4
 # 8192 took 0.10 GiB off the KV pool for Llama-8B), i.e. ≈ 2 hidden-size buffers.
 HIDDEN_BUFFERS = 2
 SAMPLER_COPIES = 3  # logits, probabilities and a sort buffer in the sampler's profile run
-REPLICATED = ("router", "norms")
 
 
 @dataclass(frozen=True)
 class Components:
     bytes: dict[str, int]
     notes: dict[str, str]
-
-
-def weight_components(m: ModelSpec, s: Settings) -> dict[str, int]:
-    """Per rank; with PP the last stage (decoder layers / pp + lm_head + MTP), the largest."""
-    params = main_model_params(m)
-    if s.pp > 1:
-        params = {
-            k: (v if k == "lm_head" else 0 if k == "embeddings" else -(-v // s.pp))
-            for k, v in params.items()
-        }
-    out: dict[str, int] = {}
-    for comp, count in params.items():
-        if count:
-            fmt = "bf16" if comp in REPLICATED else s.formats[comp]
-            out[f"weights.{comp}"] = sharded(
-                count, FORMAT_BYTES_PER_PARAM[fmt], s.tp, replicated=comp in REPLICATED
-            )
-    return out
-
-
-def mtp_bytes(profile: ModelProfile, s: Settings) -> int:
-    if not s.mtp:
-        return 0
-    if "mtp_bytes" in profile.weights:
-        return -(-int(profile.weights["mtp_bytes"]) // s.tp)
-    return sharded(mtp_params(profile.spec), FORMAT_BYTES_PER_PARAM[s.formats["mtp"]], s.tp)
+    weights: WeightSizes | None = None  # where the weight figures came from
 
 
 def activation_bytes_per_token(m: ModelSpec, tp: int) -> int:
@@ -92,8 +63,18 @@ def activation_bytes_per_token(m: ModelSpec, tp: int) -> int:
 def activation_peak_bytes(m: ModelSpec, s: Settings) -> int:
     tokens = s.max_num_batched_tokens
     sampler = s.max_num_seqs * (1 + s.mtp) * m.vocab_size * 4 * SAMPLER_COPIES // s.tp
-    drafter = MTP_ACTIVATION_BYTES if s.mtp else 0
+    drafter = drafter_activation_bytes(s)
     return tokens * activation_bytes_per_token(m, s.tp) + sampler + drafter
+
+
+def drafter_activation_bytes(s: Settings) -> int:
+    """MTP: the H200-measured figure; an EAGLE/DFlash/draft model runs its own profiling
+    pass over the batched tokens (its hidden buffers); n-gram and suffix none."""
+    if not s.mtp or s.draft_method in MODEL_FREE_METHODS:
+        return 0
+    if s.draft is None:
+        return MTP_ACTIVATION_BYTES
+    return s.max_num_batched_tokens * activation_bytes_per_token(s.draft.spec, s.tp)
 
 
 def ple_page_cache_bytes(profile: ModelProfile, s: Settings) -> int:
@@ -114,11 +95,9 @@ def system_reserve_bytes(profile: ModelProfile, s: Settings) -> int:
 
 def fixed_components(profile: ModelProfile, s: Settings) -> Components:
     m = profile.spec
-    sizes = weight_components(m, s)
-    notes: dict[str, str] = {}
-    sizes["mtp_module"] = mtp_bytes(profile, s)
-    if "mtp_bytes" in profile.weights and s.mtp:
-        notes["mtp_module"] = "seed figure (profile weights.mtp_bytes)"
+    weights = weight_sizes(profile, s)
+    sizes = dict(weights.bytes)
+    notes = dict(weights.notes)
     sizes["draft_vocab_slice"] = s.draft_vocab_rows * m.hidden_size * 2 // s.tp
     sizes["ple_page_cache"] = ple_page_cache_bytes(profile, s)
     notes["ple_page_cache"] = (
@@ -149,4 +128,4 @@ def fixed_components(profile: ModelProfile, s: Settings) -> Components:
     notes["ray"] = "assumed: Ray raylet, GCS and object-store floor on each node"
     sizes["system_reserve"] = system_reserve_bytes(profile, s)
     notes["system_reserve"] = "OS, container and driver share of unified memory"
-    return Components({k: v for k, v in sizes.items() if v}, notes)
+    return Components({k: v for k, v in sizes.items() if v}, notes, weights)

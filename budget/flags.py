@@ -35,9 +35,8 @@ def vllm_args(plan: Plan) -> list[str]:
     if s.block_size is not None:
         args += ["--block-size", str(s.block_size)]
     args += _memory_args(plan)
-    if s.mtp:
-        spec = {"method": "mtp", "num_speculative_tokens": s.mtp}
-        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if s.speculation is not None:
+        args += ["--speculative-config", s.speculation.to_json()]
     if s.gdn_prefill_backend and plan.model.is_hybrid and s.device == "cuda":
         args += ["--gdn-prefill-backend", s.gdn_prefill_backend]
     if s.device == "cuda":
@@ -75,7 +74,7 @@ def env_lines(plan: Plan) -> list[str]:
         "MAX_MODEL_LEN": s.max_model_len,
         "MAX_NUM_SEQS": s.max_num_seqs,
         "MAX_NUM_BATCHED_TOKENS": s.max_num_batched_tokens,
-        "MTP": s.mtp,
+        "MTP": s.mtp if s.draft_method == "mtp" else 0,
         "KV_CACHE_DTYPE": s.kv_cache_dtype,
         "CUDAGRAPH_MODE": s.cudagraph_mode,
         "PREFIX_CACHING": "on" if s.prefix_caching else "off",
@@ -88,4 +87,7 @@ def env_lines(plan: Plan) -> list[str]:
         values["SERVED_MODEL_NAME"] = s.served_model_name
     if s.gdn_prefill_backend:
         values["GDN_PREFILL_BACKEND"] = s.gdn_prefill_backend
+    if s.speculation is not None and s.draft_method != "mtp":
+        values.pop("MTP")
+        values["SPECULATIVE_CONFIG"] = s.speculation.to_json()
     return [f"SPARKSERVE_{key}={value}" for key, value in values.items()]

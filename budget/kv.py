@@ -71,11 +71,20 @@ class KVModel:
     linear_conv_kernel_dim: int = 0
     conv_state_dtype_bytes: int = 2
     ssm_state_dtype_bytes: int = 2  # fp32 (4) when config says mamba_ssm_dtype=float32
-    mtp_layers: int = 0  # num_nextn_predict_layers / mtp_num_hidden_layers
+    # The drafter's full-attention KV layers when speculating (mtp_k > 0): the MTP
+    # module's (num_nextn_predict_layers / mtp_num_hidden_layers), or an EAGLE / DFlash /
+    # draft model's decoder layers.
+    mtp_layers: int = 0
+    # A drafter whose KV heads or head size differ from the main model's (0 = the same).
+    draft_num_kv_heads: int = 0
+    draft_head_dim: int = 0
+    # False for proposers without a model of their own (n-gram, suffix): no KV layers.
+    drafter_has_kv: bool = True
 
     def __post_init__(self) -> None:
         _require_min(self, _MODEL_POSITIVE_FIELDS, 1)
         _require_min(self, ("num_gdn_layers", "mtp_layers"), 0)
+        _require_min(self, ("draft_num_kv_heads", "draft_head_dim"), 0)
         if self.num_gdn_layers:
             _require_min(self, _GDN_FIELDS, 1, " for a GDN hybrid")
 
@@ -154,14 +163,28 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _attention_layers(model: KVModel, settings: KVSettings) -> int:
-    """Main full-attention layers, plus the MTP drafter's (one per MTP layer)."""
-    if not settings.mtp_k:
+    """Main full-attention layers, plus the drafter's (one per MTP / EAGLE layer)."""
+    if not settings.mtp_k or not model.drafter_has_kv:
         return model.num_attention_layers
     _require(
         model.mtp_layers >= 1,
         f"mtp_k={settings.mtp_k} but the model has mtp_layers=0; MTP needs ≥ 1",
     )
     return model.num_attention_layers + model.mtp_layers
+
+
+def _per_token_bytes(kv_heads: int, head_dim: int, settings: KVSettings, dtype: int) -> int:
+    return kv_heads * 2 * head_dim * kv_dtype_bytes(settings.kv_cache_dtype, dtype)
+
+
+def _draft_per_token(model: KVModel, settings: KVSettings, per_token: int) -> int:
+    """One drafter layer's KV bytes per token on a rank (= the main model's unless its
+    heads differ)."""
+    if not (model.draft_num_kv_heads or model.draft_head_dim):
+        return per_token
+    heads = max(1, (model.draft_num_kv_heads or model.num_kv_heads) // settings.tp)
+    head_dim = model.draft_head_dim or model.head_dim
+    return _per_token_bytes(heads, head_dim, settings, model.model_dtype_bytes)
 
 
 def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
@@ -173,9 +196,14 @@ def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
         * kv_dtype_bytes(settings.kv_cache_dtype, model.model_dtype_bytes)
     )
     attention_layers = _attention_layers(model, settings)
+    draft_layers = attention_layers - model.num_attention_layers
+    draft_per_token = _draft_per_token(model, settings, per_token)
     if not model.num_gdn_layers:
         block_size = start_block_size(settings.device, settings.block_size)
         page = block_size * per_token
+        # A drafter with other heads: one group of every layer, each its own page
+        # (kv_cache_utils.py UniformTypeKVCacheSpecs: the block spans all pages).
+        draft_extra = draft_layers * block_size * (draft_per_token - per_token)
         return KVLayout(
             block_size=block_size,
             attention_page_bytes=page,
@@ -184,13 +212,20 @@ def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
             num_groups=1,
             group_size=attention_layers,
             padding_layers=0,
-            bytes_per_block=attention_layers * page,
+            bytes_per_block=attention_layers * page + draft_extra,
             blocks_per_request=_cdiv(settings.max_model_len, block_size),
             log_lines=(),
             kv_heads_per_rank=kv_heads,
             attention_layers=attention_layers,
             kv_tokens_per_group=settings.rules.kv_tokens_per_group,
         )
+    _require(
+        draft_layers == 0 or draft_per_token == per_token,
+        f"the drafter's KV is {draft_per_token} B/token per layer, the hybrid target's "
+        f"attention {per_token}: vLLM must re-page the drafter beside the GDN state "
+        "(kv_cache_utils.unify_kv_cache_spec_page_size), which the planner does not "
+        "model; use a drafter with the target's KV heads and head size",
+    )
     return _hybrid_layout(model, settings, kv_heads, per_token, attention_layers)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from budget.context import ContextLimit, context_limit
 from budget.errors import BudgetError
 
 FULL_ATTENTION = "full_attention"
@@ -77,6 +78,15 @@ class ModelSpec:
     moe: MoESpec | None = None
     mtp_layers: int = 0
     assumed: tuple[str, ...] = field(default=(), compare=False)
+    # `quantization_config.quant_method` (fp8, modelopt, awq, gptq, auto-round, …); None = none.
+    quantization: str | None = None
+    quantization_format: str | None = None  # its planner weight format (fp8, nvfp4, int4)
+    # The longest max_model_len vLLM accepts (budget/context.py); None = max_position_embeddings.
+    context: ContextLimit | None = None
+
+    @property
+    def context_limit(self) -> ContextLimit:
+        return self.context or ContextLimit(self.max_position_embeddings, "max_position_embeddings")
 
     @property
     def num_layers(self) -> int:
@@ -181,8 +191,47 @@ def _moe(cfg: dict[str, Any], source: str) -> MoESpec | None:
     )
 
 
-def model_from_config(config: dict[str, Any], name: str, source: str) -> ModelSpec:
-    """Build a ModelSpec from a parsed config.json; `source` names it in errors."""
+def _quantization_config(config: dict[str, Any]) -> dict[str, Any] | None:
+    for cfg in (config, config.get("text_config") or {}):
+        qc = cfg.get("quantization_config") if isinstance(cfg, dict) else None
+        if isinstance(qc, dict):
+            return qc
+    return None
+
+
+def quantization_method(config: dict[str, Any]) -> str | None:
+    """`quantization_config.quant_method` at the top or under `text_config`."""
+    qc = _quantization_config(config)
+    if qc is None:
+        return None
+    return str(qc.get("quant_method") or qc.get("quant_algo") or "unknown").lower()
+
+
+# quant_method → the planner's weight format, for a directory without safetensors
+# (with them, the headers give the bytes); ModelOpt names its algorithm in quant_algo.
+_FORMAT_OF_METHOD = {"fp8": "fp8", "awq": "int4", "gptq": "int4", "auto-round": "int4"}
+_FORMAT_OF_MODELOPT_ALGO = {"FP8": "fp8", "NVFP4": "nvfp4"}
+
+
+def quantization_format(config: dict[str, Any]) -> str | None:
+    """The weight format `quantization_config` implies (None: none the planner knows)."""
+    qc = _quantization_config(config)
+    if qc is None:
+        return None
+    method = quantization_method(config) or ""
+    if method == "modelopt":
+        algo = qc.get("quant_algo") or (qc.get("quantization") or {}).get("quant_algo")
+        return _FORMAT_OF_MODELOPT_ALGO.get(str(algo).upper())
+    if method in ("awq", "gptq", "auto-round") and qc.get("bits", 4) != 4:
+        return None
+    return _FORMAT_OF_METHOD.get(method)
+
+
+def model_from_config(
+    config: dict[str, Any], name: str, source: str, tokenizer_max_length: int | None = None
+) -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json; `source` names it in errors.
+    `tokenizer_max_length`: tokenizer_config.json's model_max_length, which caps the context."""
     cfg = text_config(config)
     archs = config.get("architectures") or cfg.get("architectures") or [cfg.get("model_type")]
     num_layers = _positive_int(cfg, "num_hidden_layers", source)
@@ -210,4 +259,7 @@ def model_from_config(config: dict[str, Any], name: str, source: str) -> ModelSp
             cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0
         ),
         assumed=tuple(str(a) for a in config.get("_sparkserve_assumed", ())),
+        quantization=quantization_method(config),
+        quantization_format=quantization_format(config),
+        context=context_limit(cfg, tokenizer_max_length),
     )

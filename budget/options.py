@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from budget import parsers
+from budget import parsers, speculative
 from budget.weights import FORMAT_BYTES_PER_PARAM
 
 DEFAULT_MODEL = "qwen3.8-flash-next"
@@ -197,6 +197,26 @@ class PlanOptions:
             parsers.non_negative_int,
             "MTP speculative tokens K (0 = off). Unset: the profile's, else off.",
             "K",
+        ),
+    )
+    speculative_config: dict[str, Any] | None = field(
+        default=None,
+        metadata=_declare(
+            speculative.parse_config,
+            "vLLM's --speculative-config JSON: method mtp, eagle, eagle3, dflash or "
+            'draft_model (with "model": the drafter\'s directory), ngram, suffix; the '
+            "drafter's KV layers, weights and activation join the plan. --mtp K is "
+            "its shorthand for MTP.",
+            "JSON",
+        ),
+    )
+    allow_long_max_model_len: bool | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.switch,
+            "Allow max_model_len above the model's derived maximum, as vLLM does with "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (the entrypoint sets it for vLLM). Unset: off.",
+            "on|off",
         ),
     )
     prefix_caching: bool | None = field(

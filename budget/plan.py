@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from budget.components import Components, fixed_components
 from budget.kv import (
@@ -18,6 +19,7 @@ from budget.kv import (
 from budget.model import ModelSpec
 from budget.profiles import ModelProfile
 from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings
+from budget.speculative import MODEL_FREE_METHODS
 from budget.speed import SpeedEstimate, comm_seconds, estimate_speed
 from budget.vllm_rules import flashinfer_gdn_prefill
 from budget.weights import FORMAT_BYTES_PER_PARAM
@@ -27,6 +29,7 @@ KV_BYTES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp
 VLLM_ACCOUNTED = (
     "weights.",
     "mtp_module",
+    "draft_model",
     "draft_vocab_slice",
     "activation_peak",
     "cudagraph_pool",
@@ -53,6 +56,8 @@ class Plan:
     suggestions: list[str] = field(default_factory=list)
     parallelism: list[str] = field(default_factory=list)  # which split and why
     _ple_traffic: dict[str, int] | None = None
+    # Where the weight figures came from (checkpoint headers or parameter counts).
+    weights_source: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -107,9 +112,14 @@ class Plan:
         return self._ple_traffic
 
 
-def kv_model(m: ModelSpec, mtp_k: int, pp: int = 1) -> KVModel:
-    """With PP, one stage's share of the layers (each rank sizes its own pool)."""
+def kv_model(
+    m: ModelSpec, mtp_k: int, pp: int = 1, drafter: ModelSpec | None = None, method: str = "mtp"
+) -> KVModel:
+    """With PP, one stage's share of the layers (each rank sizes its own pool).
+    The drafter's KV layers: MTP's (at least one), an EAGLE/DFlash/draft model's
+    full-attention layers with its own heads, none for n-gram and suffix proposers."""
     g = m.gdn
+    draft_layers = max(m.mtp_layers, 1) if drafter is None else drafter.num_full_attention_layers
     return KVModel(
         num_attention_layers=-(-m.num_full_attention_layers // pp),
         num_gdn_layers=-(-m.num_gdn_layers // pp),
@@ -124,7 +134,10 @@ def kv_model(m: ModelSpec, mtp_k: int, pp: int = 1) -> KVModel:
         linear_conv_kernel_dim=g.conv_kernel_dim if g else 0,
         conv_state_dtype_bytes=m.dtype_bytes,
         ssm_state_dtype_bytes=g.ssm_dtype_bytes if g else m.dtype_bytes,
-        mtp_layers=max(m.mtp_layers, 1) if mtp_k else 0,
+        mtp_layers=draft_layers if mtp_k else 0,
+        draft_num_kv_heads=drafter.num_kv_heads if drafter else 0,
+        draft_head_dim=drafter.head_dim if drafter else 0,
+        drafter_has_kv=method not in MODEL_FREE_METHODS,
     )
 
 
@@ -208,7 +221,8 @@ def plan_for(profile: ModelProfile, s: Settings, acceptance: float = 0.7) -> Pla
     comps = fixed_components(profile, s)
     gdn = profile.spec.gdn
     settings = kv_settings(s, gdn.key_head_dim if gdn else 0)
-    layout = kv_layout(kv_model(profile.spec, s.mtp, s.pp), settings)
+    drafter = s.draft.spec if s.draft else None
+    layout = kv_layout(kv_model(profile.spec, s.mtp, s.pp, drafter, s.draft_method), settings)
     usable = _usable(s, comps, s.gpu_memory_utilization)
     mode, util, kv_bytes = _kv_pool(s, comps, usable)
     capacity = kv_capacity(layout, kv_bytes, s.max_model_len)
@@ -229,10 +243,15 @@ def plan_for(profile: ModelProfile, s: Settings, acceptance: float = 0.7) -> Pla
         components={k: v for k, v in sizes.items() if v or k == "kv_cache"},
         notes={k: v for k, v in notes.items() if sizes.get(k)},
         usable_bytes=usable,
-        speed=_speed((profile, s, layout, comps.bytes.get("mtp_module", 0)), acceptance),
+        speed=_speed((profile, s, layout, _drafter_bytes(comps)), acceptance),
+        weights_source=comps.weights.source if comps.weights else {},
     )
     plan._ple_traffic = _ple_traffic(profile, s)
     return plan
+
+
+def _drafter_bytes(comps: Components) -> int:
+    return comps.bytes.get("mtp_module", 0) + comps.bytes.get("draft_model", 0)
 
 
 def _ple_traffic(profile: ModelProfile, s: Settings) -> dict[str, int] | None:

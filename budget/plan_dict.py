@@ -40,6 +40,12 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "ple_traffic": plan.ple_traffic,
         "parallelism": {"tp": s.tp, "pp": s.pp, "nodes": s.nodes, "why": list(plan.parallelism)},
         "assumed": list(plan.model.assumed),
+        "weights_source": dict(plan.weights_source),
+        "speculative_config": s.speculation.vllm_config if s.speculation else None,
+        "context_limit": {
+            "max_model_len": plan.model.context_limit.max_model_len,
+            "key": plan.model.context_limit.key,
+        },
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from budget.errors import BudgetError
 from budget.model import ModelSpec, model_from_config
+from budget.safetensors_headers import CheckpointHeaders, read_checkpoint
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 GiB = 1024**3
@@ -53,6 +54,8 @@ class ModelProfile:
     draft_vocab: dict[str, Any] = field(default_factory=dict)
     ple: dict[str, Any] = field(default_factory=dict)
     reserve: dict[str, Any] = field(default_factory=dict)
+    # The directory's safetensors headers (None: a profile, or no *.safetensors there).
+    checkpoint: CheckpointHeaders | None = None
 
 
 def _names(kind: str) -> list[str]:
@@ -113,8 +116,29 @@ def _read_config_dir(directory: Path) -> dict[str, Any]:
     return data
 
 
-def load_model(name_or_dir: str) -> ModelProfile:
-    """A profile name (see `model_names()`) or a directory with config.json."""
+def _tokenizer_max_length(directory: Path) -> int | None:
+    """tokenizer_config.json's model_max_length, which vLLM lets cap the context."""
+    path = directory / "tokenizer_config.json"
+    try:
+        value = json.loads(path.read_text()).get("model_max_length")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None  # vLLM loads the tokenizer itself and reports a broken one
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def load_model_dir(directory: Path, read_weights: bool = True) -> ModelProfile:
+    """A directory with config.json; with `read_weights`, its safetensors headers too."""
+    config = _read_config_dir(directory)
+    spec = model_from_config(
+        config, directory.name, f"{directory}/config.json", _tokenizer_max_length(directory)
+    )
+    checkpoint = read_checkpoint(directory) if read_weights else None
+    return ModelProfile(spec=spec, model_dir=str(directory), checkpoint=checkpoint)
+
+
+def load_model(name_or_dir: str, read_weights: bool = True) -> ModelProfile:
+    """A profile name (see `model_names()`) or a directory with config.json (and, unless
+    `read_weights` is off, the headers of its safetensors files)."""
     profile = PROFILE_DIR / "models" / f"{name_or_dir}.toml"
     if profile.is_file():
         data = _load_toml(profile)
@@ -132,9 +156,7 @@ def load_model(name_or_dir: str) -> ModelProfile:
         )
     directory = Path(name_or_dir)
     if directory.is_dir():
-        config = _read_config_dir(directory)
-        spec = model_from_config(config, directory.name, f"{directory}/config.json")
-        return ModelProfile(spec=spec, model_dir=str(directory))
+        return load_model_dir(directory, read_weights)
     raise BudgetError(
         f"model={name_or_dir!r} is neither a profile nor a directory; "
         f"profiles: {', '.join(model_names())}"

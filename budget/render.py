@@ -21,7 +21,7 @@ def _header(plan: Plan) -> list[str]:
     s = plan.settings
     hw = s.hardware
     kind = "unified memory" if hw.uma else "discrete"
-    mtp = f"MTP {s.mtp}" if s.mtp else "MTP off"
+    mtp = f"{s.draft_method.upper()} {s.mtp}" if s.mtp else "MTP off"
     graphs = f"{s.cudagraph_mode} {list(s.capture_sizes)}" if s.device == "cuda" else "no graphs"
     return [
         f"model     {plan.model_name} ({plan.model.architecture})",
@@ -39,9 +39,7 @@ def _component_rows(plan: Plan) -> list[str]:
     whole = plan.usable_bytes
     rows = [f"{'component':<26}{'GiB':>9}  {'share of usable':<{BAR_WIDTH}}  how"]
     for name, size in sorted(plan.components.items(), key=lambda kv: -kv[1]):
-        how = plan.notes.get(
-            name, "exact: parameter count × format" if name.startswith("weights.") else ""
-        )
+        how = plan.notes.get(name, "")
         rows.append(f"{name:<26}{size / GiB:>9.2f}  {_bar(size, whole)}  {how}")
     rows.append(f"{'total':<26}{plan.total_bytes / GiB:>9.2f}")
     rows.append(f"{'usable':<26}{plan.usable_bytes / GiB:>9.2f}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from budget.context import check_max_model_len
+from budget.drafters import drafter_for, speculation_for
 from budget.errors import BudgetError
 from budget.graphs import check_capture_sizes, seeds_capture_sizes, vllm_default_capture_sizes
 from budget.options import (
@@ -15,6 +17,7 @@ from budget.options import (
     PlanOptions,
 )
 from budget.profiles import GiB, Hardware, ModelProfile, load_hardware
+from budget.speculative import Speculation
 from budget.vllm_rules import DEFAULT_CHOICE, RuleChoice, choose_rules
 from budget.weights import COMPONENTS, check_format
 
@@ -25,7 +28,6 @@ GPU_70G_DEFAULTS = (8192, 1024)
 GPU_160G_DEFAULTS = (16384, 1024)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vllm/config/cache.py
 DEFAULT_CPU_MEMORY_GIB = 24.0
-MTP_ARCH_HINTS = ("Qwen3Next", "Qwen3_5")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,13 @@ class Settings:
     served_model_name: str | None
     vllm: RuleChoice = DEFAULT_CHOICE  # the vLLM planned for and its KV rules
     gdn_prefill_backend: str | None = None  # --gdn-prefill-backend; None = vLLM's choice
+    # The speculative decoding (`mtp` above is its K); None with mtp=0.
+    speculation: Speculation | None = None
+    draft: ModelProfile | None = None  # the drafter's directory (EAGLE, DFlash, draft model)
+
+    @property
+    def draft_method(self) -> str:
+        return self.speculation.method if self.speculation else "mtp"
 
 
 def _positive(name: str, value: int | None) -> int | None:
@@ -129,7 +138,11 @@ def _batch_defaults(device: str, hw: Hardware) -> tuple[int, int]:
 
 
 def _formats(opts: PlanOptions, profile: ModelProfile) -> dict[str, str]:
-    one_for_all = opts.weights_dtype or profile.serving.get("weights_dtype")
+    one_for_all = (
+        opts.weights_dtype
+        or profile.serving.get("weights_dtype")
+        or profile.spec.quantization_format
+    )
     if one_for_all is not None:
         check_format(str(one_for_all), "weights_dtype")
     formats: dict[str, str] = {}
@@ -139,19 +152,6 @@ def _formats(opts: PlanOptions, profile: ModelProfile) -> dict[str, str]:
             given = "bf16"
         formats[comp] = check_format(str(given), f"weights.{comp}")
     return formats
-
-
-def _mtp(opts: PlanOptions, profile: ModelProfile) -> int:
-    k = opts.mtp if opts.mtp is not None else int(profile.serving.get("mtp", 0))
-    if k < 0 or k > 16:
-        raise BudgetError(f"mtp={k}; must be between 0 (off) and 16")
-    spec = profile.spec
-    if k and spec.mtp_layers == 0 and not any(h in spec.architecture for h in MTP_ARCH_HINTS):
-        raise BudgetError(
-            f"mtp={k}; model {spec.name} ({spec.architecture}) has no MTP layers "
-            "(num_nextn_predict_layers / mtp_num_hidden_layers)"
-        )
-    return k
 
 
 def _graphs(
@@ -194,9 +194,11 @@ def _batching(
     """Context length, max sequences and chunk: given, else the profile's, else vLLM's."""
     s = profile.serving
     mnbt_default, seqs_default = _batch_defaults(device, hw)
+    limit = profile.spec.context_limit
     max_len = _positive("max_model_len", opts.max_model_len) or int(
-        s.get("max_model_len", profile.spec.max_position_embeddings)
+        s.get("max_model_len", limit.max_model_len)
     )
+    check_max_model_len(max_len, limit, bool(opts.allow_long_max_model_len))
     seqs = _positive("max_num_seqs", opts.max_num_seqs) or int(s.get("max_num_seqs", seqs_default))
     mnbt = _positive("max_num_batched_tokens", opts.max_num_batched_tokens) or int(
         s.get("max_num_batched_tokens", mnbt_default)
@@ -245,7 +247,13 @@ def _prefix_caching(opts: PlanOptions, profile: ModelProfile, vllm: RuleChoice) 
     return vllm.rules.hybrid_prefix_caching_default if profile.spec.is_hybrid else True
 
 
-def resolve(opts: PlanOptions, profile: ModelProfile, host: HostFacts) -> Settings:
+def resolve(
+    opts: PlanOptions,
+    profile: ModelProfile,
+    host: HostFacts,
+    draft: ModelProfile | None = None,
+) -> Settings:
+    """`draft`: the drafter's directory, loaded when the speculative config names one."""
     s = profile.serving
     device = _choose("device", opts.device, DEVICES) or str(s.get("device", "cuda"))
     hw = _hardware(opts, profile, device, host)
@@ -257,10 +265,12 @@ def resolve(opts: PlanOptions, profile: ModelProfile, host: HostFacts) -> Settin
     mode = _choose("cudagraph_mode", opts.cudagraph_mode, CUDAGRAPH_MODES) or str(
         s.get("cudagraph_mode", "FULL_AND_PIECEWISE")
     )
-    mtp = _mtp(opts, profile)
+    speculation = speculation_for(opts, profile)
+    mtp = speculation.num_speculative_tokens if speculation else 0
     mode, sizes = _graphs(opts, profile, (device, hw, mode, mtp, seqs, mnbt))
     util, kv_bytes, block = _memory(opts, device)
-    draft_rows, hot = _offload(opts, profile, mtp)
+    is_mtp = speculation is not None and speculation.method == "mtp"
+    draft_rows, hot = _offload(opts, profile, mtp if is_mtp else 0)
     vllm = _vllm(opts)
     return Settings(
         hardware=hw,
@@ -287,4 +297,6 @@ def resolve(opts: PlanOptions, profile: ModelProfile, host: HostFacts) -> Settin
         gdn_prefill_backend=_choose(
             "gdn_prefill_backend", opts.gdn_prefill_backend, GDN_PREFILL_BACKENDS
         ),
+        speculation=speculation,
+        draft=drafter_for(speculation, draft),
     )

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from budget.context import ALLOW_LONG_ENV
 from budget.errors import BudgetError
 from budget.flags import vllm_args
 from budget.host import probe_host
@@ -19,6 +20,7 @@ from entrypoint.config import EntrypointConfig
 from entrypoint.errors import ConfigError
 from entrypoint.gateway_mode import BYPASS_ENV, bypass_env, middleware_args
 from entrypoint.hardware import Machine
+from entrypoint.preflight import reads_weight_files
 from entrypoint.vllm_flags import flag_value, without_flag
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -87,8 +89,13 @@ def plan_options(
 
 
 def make_plan(config: EntrypointConfig, machine: Machine, vllm_version: str | None = None) -> Plan:
+    """The plan; weights from the checkpoint's headers unless vLLM loads none (dummy)."""
     try:
-        return build_plan(plan_options(config, machine, vllm_version), probe_host())
+        return build_plan(
+            plan_options(config, machine, vllm_version),
+            probe_host(),
+            read_weights=reads_weight_files(config),
+        )
     except BudgetError as exc:
         raise ConfigError(f"SPARKSERVE_MODEL={config.plan.model!r}: {exc}") from None
 
@@ -136,6 +143,12 @@ def interconnect_env(config: EntrypointConfig) -> dict[str, str]:
     return {name: value for name, value in names.items() if value}
 
 
+def long_context_env(config: EntrypointConfig) -> dict[str, str]:
+    """SPARKSERVE_ALLOW_LONG_MAX_MODEL_LEN=on: vLLM's own switch for a context above the
+    model's derived maximum (vllm/envs.py)."""
+    return {ALLOW_LONG_ENV: "1"} if config.plan.allow_long_max_model_len else {}
+
+
 def cache_env(cache_dir: str | None) -> dict[str, str]:
     if cache_dir is None:
         return {}
@@ -155,5 +168,6 @@ def build_launch(config: EntrypointConfig, plan: Plan, console_script: str | Non
             **interconnect_env(config),
             **bypass_env(config),
             **api_key_env(config),
+            **long_context_env(config),
         },
     )

@@ -12,18 +12,35 @@ import math
 import socket
 from pathlib import Path
 
+from budget.errors import BudgetError
 from budget.plan import Plan
+from budget.safetensors_headers import read_checkpoint
 from budget.units import GiB
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
 from entrypoint.errors import DoesNotFitError, PreflightError
 from entrypoint.hardware import HostMemory, Machine
+from entrypoint.vllm_flags import flag_value
 
 DROP_CACHES_HINT = (
     "page cache from model files may hold that memory: on the host run "
     "`sync; echo 3 > /proc/sys/vm/drop_caches` (vLLM #48140)"
 )
 NOT_VLLM_ALLOCATED = ("system_reserve",)  # planned for the OS, not requested by vLLM
+# model_executor/model_loader/default_loader.py `_prepare_weights`: the files each load
+# format looks for (auto = hf, falling back to *.pt). Formats not named here (dummy,
+# gguf, tensorizer, runai_streamer, …) are not checked.
+LOAD_FORMAT_FLAG = "--load-format"
+WEIGHT_PATTERNS = {
+    "auto": ("*.safetensors", "*.bin", "*.pt"),
+    "hf": ("*.safetensors", "*.bin", "*.pt"),
+    "safetensors": ("*.safetensors",),
+    "fastsafetensors": ("*.safetensors",),
+    "instanttensor": ("*.safetensors",),
+    "mistral": ("consolidated*.safetensors",),
+    "pt": ("*.pt",),
+    "npcache": ("*.bin",),
+}
 
 
 def looks_like_path(model: str) -> bool:
@@ -47,6 +64,36 @@ def check_model_dir(model: str) -> None:
         raise PreflightError(f"SPARKSERVE_MODEL={model}: {config} is not JSON: {exc}") from None
 
 
+def load_format(config: EntrypointConfig) -> str:
+    """The --load-format vLLM will run with: SPARKSERVE_VLLM_EXTRA_ARGS' (last, so it
+    wins), else SPARKSERVE_LOAD_FORMAT, else vLLM's default."""
+    given = flag_value(config.vllm_extra_args, LOAD_FORMAT_FLAG) or config.load_format
+    return given or "auto"
+
+
+def reads_weight_files(config: EntrypointConfig) -> bool:
+    """Whether vLLM reads checkpoint files in this load format (dummy: random weights)."""
+    return load_format(config) in WEIGHT_PATTERNS
+
+
+def check_weight_files(variable: str, directory: Path, fmt: str) -> None:
+    """The files vLLM will load are there and their safetensors headers are whole, so
+    a missing or broken checkpoint fails now, not in vLLM's loader ~30 s later."""
+    patterns = WEIGHT_PATTERNS.get(fmt)
+    if patterns is None:
+        return
+    if not any(any(directory.glob(p)) for p in patterns):
+        raise PreflightError(
+            f"{variable}={directory}: no weights ({', '.join(patterns)}) for load format "
+            f'{fmt}; vLLM would stop with "Cannot find any model weights" — add the '
+            "checkpoint, or SPARKSERVE_LOAD_FORMAT=dummy for random weights"
+        )
+    try:
+        read_checkpoint(directory)
+    except BudgetError as exc:
+        raise PreflightError(f"{variable}={directory}: {exc}") from None
+
+
 def check_weights(config: EntrypointConfig, plan: Plan) -> None:
     if plan.model_dir is None and config.weights is None:
         raise PreflightError(
@@ -55,6 +102,14 @@ def check_weights(config: EntrypointConfig, plan: Plan) -> None:
         )
     if config.weights and looks_like_path(config.weights) and not Path(config.weights).is_dir():
         raise PreflightError(f"SPARKSERVE_WEIGHTS={config.weights}: no such directory")
+    if plan.model_dir is not None:
+        check_weight_files("SPARKSERVE_MODEL", Path(plan.model_dir), load_format(config))
+    elif config.weights and Path(config.weights).is_dir():
+        check_weight_files("SPARKSERVE_WEIGHTS", Path(config.weights), load_format(config))
+    draft = plan.settings.draft
+    if draft is not None and draft.model_dir is not None:
+        where = "SPARKSERVE_SPECULATIVE_CONFIG model"
+        check_weight_files(where, Path(draft.model_dir), load_format(config))
 
 
 def fit_problem(plan: Plan) -> str | None:

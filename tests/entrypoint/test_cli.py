@@ -53,6 +53,7 @@ def test_dry_run_of_a_plan_that_does_not_fit_exits_1(tiny_model_dir):
         SPARKSERVE_HARDWARE="rtx-4090",
         SPARKSERVE_DEVICE="cuda",
         SPARKSERVE_KV_CACHE_MEMORY_BYTES="1T",
+        SPARKSERVE_LOAD_FORMAT="dummy",  # the tiny directory holds no weights
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "the plan does not fit" in done.stdout
@@ -91,6 +92,7 @@ def test_plan_that_does_not_fit_exits_1_before_launch(tiny_model_dir):
         SPARKSERVE_HARDWARE="rtx-4090",
         SPARKSERVE_DEVICE="cuda",
         SPARKSERVE_KV_CACHE_MEMORY_BYTES="1T",
+        SPARKSERVE_LOAD_FORMAT="dummy",  # the tiny directory holds no weights
     )
     assert done.returncode == 1
     assert "the plan does not fit" in done.stderr
@@ -103,6 +105,7 @@ def test_unknown_vllm_flag_names_flag_and_version(tiny_model_dir):
         SPARKSERVE_MODEL=str(tiny_model_dir),
         SPARKSERVE_KV_CACHE_MEMORY_BYTES="256M",
         SPARKSERVE_VLLM_EXTRA_ARGS="--enforce-eager --no-such-flag 1",
+        SPARKSERVE_LOAD_FORMAT="dummy",
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert (
@@ -121,6 +124,7 @@ def test_a_key_in_vllms_config_file_is_refused_in_pre_flight(tiny_model_dir, tmp
         SPARKSERVE_MODEL=str(tiny_model_dir),
         SPARKSERVE_KV_CACHE_MEMORY_BYTES="256M",
         SPARKSERVE_VLLM_EXTRA_ARGS=f"--config {config}",
+        SPARKSERVE_LOAD_FORMAT="dummy",
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"SPARKSERVE_VLLM_EXTRA_ARGS --config {config} sets api-key" in done.stderr
