@@ -84,16 +84,18 @@ start() {
         "$OUT/$tag.log" | cut -c1-220 >> "$OUT/summary.txt"
 }
 
+# START_ARGS: more tools.gpu.entrypoint_start arguments, e.g. "--env SPARKSERVE_PREFIX_CACHING=off".
+# shellcheck disable=SC2086
 case "${1:-}" in
     stage) stage ;;
     cold)
         install || exit 2
         rm -rf /tmp/sscache
-        start cold on --deadline-s "${DEADLINE_S:-430}" ;;
-    warm) start warm on --deadline-s "${DEADLINE_S:-360}" --dashboards ;;
-    nowarmup) start warm_nowarmup off --deadline-s "${DEADLINE_S:-400}" ;;
+        start cold on --deadline-s "${DEADLINE_S:-430}" ${START_ARGS:-} ;;
+    warm) start warm on --deadline-s "${DEADLINE_S:-360}" --dashboards ${START_ARGS:-} ;;
+    nowarmup) start warm_nowarmup off --deadline-s "${DEADLINE_S:-400}" ${START_ARGS:-} ;;
     cold_nowarmup)
         rm -rf /tmp/sscache
-        start cold_nowarmup off --deadline-s "${DEADLINE_S:-430}" ;;
+        start cold_nowarmup off --deadline-s "${DEADLINE_S:-430}" ${START_ARGS:-} ;;
     *) echo "usage: $0 stage|cold|warm|nowarmup|cold_nowarmup (see the header)" >&2; exit 2 ;;
 esac
