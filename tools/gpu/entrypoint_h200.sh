@@ -20,6 +20,11 @@
 #   run(carry=[.gpu27], timeout_s=600, command="bash .gpu27/src/tools/gpu/entrypoint_h200.sh warm")
 #   run(carry=[.gpu27], timeout_s=600, command="bash .gpu27/src/tools/gpu/entrypoint_h200.sh nowarmup")
 #   (optional) … entrypoint_h200.sh cold_nowarmup
+#   Diagnosis (every Triton specialization loaded after vLLM's own warm-up, two warm starts
+#   without the dashboards, one archive back):
+#   run(carry=[.gpu27, .gpu27-p3], command="X='--env SPARKSERVE_VLLM_EXTRA_ARGS=--jit-monitor-verbose';
+#       START_ARGS=$X bash … cold && START_ARGS=$X TAG=warm_a bash … warm_only &&
+#       START_ARGS=$X TAG=warm_b bash … warm_only; bash … pack")
 # Each measuring call leaves under $OUT: summary.txt (one JSON line per start) and, per
 # start TAG, TAG.log (the entrypoint's whole output, each line stamped with seconds since
 # launch), TAG.first.json, TAG.control_metrics.txt (+ TAG.dashboards.json for `warm`).
@@ -93,9 +98,13 @@ case "${1:-}" in
         rm -rf /tmp/sscache
         start cold on --deadline-s "${DEADLINE_S:-430}" ${START_ARGS:-} ;;
     warm) start warm on --deadline-s "${DEADLINE_S:-360}" --dashboards ${START_ARGS:-} ;;
+    warm_only) start "${TAG:-warm_only}" on --deadline-s "${DEADLINE_S:-360}" ${START_ARGS:-} ;;
+    pack)
+        # More than 8 files would not all come back: one archive, plus summary.txt.
+        tar czf /tmp/all.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/all.tgz "$OUT"/ ;;
     nowarmup) start warm_nowarmup off --deadline-s "${DEADLINE_S:-400}" ${START_ARGS:-} ;;
     cold_nowarmup)
         rm -rf /tmp/sscache
         start cold_nowarmup off --deadline-s "${DEADLINE_S:-430}" ${START_ARGS:-} ;;
-    *) echo "usage: $0 stage|cold|warm|nowarmup|cold_nowarmup (see the header)" >&2; exit 2 ;;
+    *) echo "usage: $0 stage|cold|warm|warm_only|nowarmup|cold_nowarmup|pack (see the header)" >&2; exit 2 ;;
 esac
