@@ -31,7 +31,10 @@ SEED_TEXT = "The budget planner sizes the KV cache so every request fits in memo
 # (vllm/model_executor/layers/fused_moe/configs/*.json). fused_moe.py takes the key
 # closest to a batch's token count, and each distinct tile config is its own Triton
 # compile: on the H200, a first batch of 256 tokens waited 0.9 s for one with a cold
-# cache (docs/gpu-entrypoint.md). Decode widths cover the keys below 24.
+# cache (docs/gpu-entrypoint.md). Triton also compiles a variant per config for token
+# counts whose product with top-k is or is not a multiple of 16 (seen in vLLM's
+# --jit-monitor-verbose keys there), so each size is sent as n and n + 1 tokens.
+# Decode widths cover the keys below 24.
 MOE_BATCH_TOKENS = (24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
 
 
@@ -162,12 +165,13 @@ def build_steps(client: httpx.Client, model: str, shape: Shape) -> list[Step]:
         ),
     ]
     if sizes := prefill_sizes(shape):
-        prompts = [prompt_ids(client, model, n, lead=f"prefill {n}: ") for n in sizes]
+        lengths = [length for n in sizes for length in (n, n + 1)]
+        prompts = [prompt_ids(client, model, n, lead=f"prefill {n}: ") for n in lengths]
         steps.append(
             Step(
                 "prefill_sizes",
-                f"{len(sizes)} prompts of {sizes[0]:,} to {sizes[-1]:,} tokens "
-                "(the fused-MoE batch sizes)",
+                f"{len(lengths)} prompts of {lengths[0]:,} to {lengths[-1]:,} tokens "
+                "(each fused-MoE batch size, n and n + 1)",
                 _prefills(model, prompts),
             )
         )

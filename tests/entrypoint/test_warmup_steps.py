@@ -19,7 +19,7 @@ def recording_client(sent: list[dict]) -> httpx.Client:
     return httpx.Client(base_url="http://vllm", transport=httpx.MockTransport(answer))
 
 
-def test_prefill_sizes_step_sends_one_prompt_per_size_each_with_its_own_prefix():
+def test_prefill_sizes_step_sends_n_and_n_plus_1_tokens_each_with_its_own_prefix():
     sent: list[dict] = []
     with recording_client(sent) as client:
         steps = build_steps(client, "m", Shape(262144, 4, 2048, 3, capture_sizes=(4, 8)))
@@ -27,7 +27,8 @@ def test_prefill_sizes_step_sends_one_prompt_per_size_each_with_its_own_prefix()
         (step,) = [s for s in steps if s.name == "prefill_sizes"]
         step.run(client)
     prompts = [r["prompt"] for r in sent if r["path"] == "/v1/completions"]
-    assert [len(p) for p in prompts] == [24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536]
+    sizes = [24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536]
+    assert [len(p) for p in prompts] == [length for n in sizes for length in (n, n + 1)]
     assert all(r["max_tokens"] == 1 for r in sent)
     assert len({tuple(p[:16]) for p in prompts}) == len(prompts)  # no shared first block
     assert [s.name for s in steps][:4] == ["chat", "stream", "long_prompt", "prefill_sizes"]
