@@ -222,3 +222,39 @@ def test_every_dashboard_query_returned_data_through_prometheus(path):
     assert set(statuses["burst"]) == {200, 429}
     assert GPU_SERIES <= set(report["metric_names"]["entrypoint"])
     assert "vllm:spec_decode_num_drafts" in report["metric_names"]["vllm"]
+
+
+VERBOSE = RUN / "jit_monitor_verbose" / "cold.log"
+FUSED_MOE_KEY = re.compile(r"JIT compilation during inference: fused_moe_kernel \(key=\[(.*?)\]\{")
+ARG = re.compile(r"\('([^']*)', ([^)]*)\)")
+
+
+def test_verbose_jit_monitor_saw_every_compile_before_ready_and_none_after():
+    """A cold start with vLLM's --jit-monitor-verbose and the prefill-sizes step (before
+    its n + 1 sizes): every Triton specialization is logged with its key."""
+    lines = [line for _, line in lines_of(VERBOSE)]
+    ready = next(i for i, line in enumerate(lines) if "[driver] driver: ready after" in line)
+    compiles = [i for i, line in enumerate(lines) if "JIT compilation during inference" in line]
+    assert compiles and max(compiles) < ready
+
+
+def test_fused_moe_compiles_one_variant_per_token_count_divisibility():
+    """Arguments 12 and 13 of fused_moe_kernel (token counts after top-k) come as
+    divisible by 16 ('D') or not (''): the reason the warm-up sends n and n + 1."""
+    keys = [ARG.findall(m[1]) for m in FUSED_MOE_KEY.finditer(VERBOSE.read_text())]
+    assert len(keys) == 24
+    assert {key[13][1] for key in keys} == {"''", "'D'"}
+    tiles = {(key[31][1], key[32][1], key[33][1]) for key in keys}
+    assert len(tiles) > 4  # several tile configs (BLOCK_SIZE_M/N/K) compiled
+
+
+def test_the_verbose_monitor_costs_too_much_to_leave_on():
+    """Measured as it was: the start took twice as long and steady chat TTFT rose 60 %."""
+    verbose = phases(lines_of(VERBOSE))["launch → /ready 200"]
+    plain = phases(lines_of(AFTER / "cold.log"))["launch → /ready 200"]
+    assert verbose > 1.8 * plain
+    steady = {
+        s.shape: s.steady_ttft_seconds
+        for s in first_request.summarise(first_request.load_run(VERBOSE.parent / "cold.first.json"))
+    }
+    assert steady["chat"] > 0.1
