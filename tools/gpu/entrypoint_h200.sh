@@ -10,8 +10,11 @@
 #                   loads (FA2, the Rust frontend, Blackwell/DeepGEMM headers) and
 #                   xgrammar of its static library — 213 MiB in all
 #   prometheus.xz   Debian bookworm's prometheus 2.42.0 binary (apt-get download; dpkg -x)
-# This repository's code travels as a copy too (the device tool sends the session's own
-# checkout): the command cds into it.
+# tools/gpu/build_bundle.sh builds the parts and puts them in place. This repository's
+# code travels as a copy too (the device tool sends the session's own checkout, which may
+# not be this one), and the command cds into it:
+#   git archive HEAD budget entrypoint gateway bench tools tests prometheus grafana \
+#       pyproject.toml | tar x -C CHECKOUT/.gpu27/src      (≈ 2 MiB without the fixtures)
 #
 # Calls (back to back: files outside the repo live only while the machine stays warm):
 #   run(carry=[.gpu27, .gpu27-p0], command="bash .gpu27/src/tools/gpu/entrypoint_h200.sh stage")
