@@ -2,7 +2,8 @@
 request meets no lazy compilation, graph capture or allocator growth.
 
 Steps: a short chat; a streamed chat; a prompt longer than max_num_batched_tokens
-(several prefill chunks); S concurrent decodes for each S (all of 1..max_num_seqs
+(several prefill chunks); one prompt of each batch size vLLM's fused-MoE kernels are
+tuned for, up to the chunk; S concurrent decodes for each S (all of 1..max_num_seqs
 up to 16, else a spread covering the CUDA graph sizes); with MTP, a few hundred
 decode tokens. Each step is timed and printed.
 """
@@ -26,6 +27,15 @@ LONG_PROMPT_CHUNKS = 2.5
 DECODE_TOKENS = 16
 MTP_DECODE_TOKENS = 300
 SEED_TEXT = "The budget planner sizes the KV cache so every request fits in memory. "
+# The batch sizes (tokens) vLLM's tuned fused-MoE configs are keyed by
+# (vllm/model_executor/layers/fused_moe/configs/*.json). fused_moe.py takes the key
+# closest to a batch's token count, and each distinct tile config is its own Triton
+# compile: on the H200, a first batch of 256 tokens waited 0.9 s for one with a cold
+# cache (docs/gpu-entrypoint.md). Triton also compiles a variant per config for token
+# counts whose product with top-k is or is not a multiple of 16 (seen in vLLM's
+# --jit-monitor-verbose keys there), so each size is sent as n and n + 1 tokens.
+# Decode widths cover the keys below 24.
+MOE_BATCH_TOKENS = (24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
 
 
 class StepFailed(Exception):
@@ -65,6 +75,13 @@ def long_prompt_tokens(shape: Shape) -> int:
     return max(1, min(wanted, shape.max_model_len - 2))
 
 
+def prefill_sizes(shape: Shape) -> list[int]:
+    """One prompt length per fused-MoE batch key below the chunk (the long prompt's
+    chunks cover the chunk itself)."""
+    limit = min(shape.max_num_batched_tokens, shape.max_model_len - 2)
+    return [tokens for tokens in MOE_BATCH_TOKENS if tokens < limit]
+
+
 def _post(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
     answer = client.post(path, json=body)
     if answer.status_code != 200:
@@ -73,9 +90,11 @@ def _post(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, An
     return result
 
 
-def prompt_ids(client: httpx.Client, model: str, length: int) -> list[int]:
-    """`length` token ids of real text, via vLLM's /tokenize."""
-    ids: list[int] = _post(client, "/tokenize", {"model": model, "prompt": SEED_TEXT})["tokens"]
+def prompt_ids(client: httpx.Client, model: str, length: int, lead: str = "") -> list[int]:
+    """`length` token ids of real text, via vLLM's /tokenize; `lead` opens the text (a
+    prompt of its own, which shares no cached prefix with the others)."""
+    body = {"model": model, "prompt": lead + SEED_TEXT}
+    ids: list[int] = _post(client, "/tokenize", body)["tokens"]
     return (ids * (length // max(len(ids), 1) + 1))[:length]
 
 
@@ -109,6 +128,14 @@ def _complete(model: str, prompt: list[int], max_tokens: int) -> Callable[[httpx
     return run
 
 
+def _prefills(model: str, prompts: list[list[int]]) -> Callable[[httpx.Client], None]:
+    def run(client: httpx.Client) -> None:
+        for prompt in prompts:
+            _complete(model, prompt, 1)(client)
+
+    return run
+
+
 def _concurrent(model: str, ids: list[int], width: int) -> Callable[[httpx.Client], None]:
     def run(client: httpx.Client) -> None:
         with ThreadPoolExecutor(max_workers=width) as pool:
@@ -137,6 +164,17 @@ def build_steps(client: httpx.Client, model: str, shape: Shape) -> list[Step]:
             _complete(model, prompt_ids(client, model, long_len), 1),
         ),
     ]
+    if sizes := prefill_sizes(shape):
+        lengths = [length for n in sizes for length in (n, n + 1)]
+        prompts = [prompt_ids(client, model, n, lead=f"prefill {n}: ") for n in lengths]
+        steps.append(
+            Step(
+                "prefill_sizes",
+                f"{len(lengths)} prompts of {lengths[0]:,} to {lengths[-1]:,} tokens "
+                "(each fused-MoE batch size, n and n + 1)",
+                _prefills(model, prompts),
+            )
+        )
     for width in decode_widths(shape):
         steps.append(
             Step(

@@ -16,7 +16,7 @@ from entrypoint.planning import (
     plan_options,
     vllm_console_script,
 )
-from entrypoint.warmup import Shape, decode_widths, long_prompt_tokens
+from entrypoint.warmup import Shape, decode_widths, long_prompt_tokens, prefill_sizes
 
 HOST = HostMemory(total_bytes=24 * 1024**3, available_bytes=20 * 1024**3)
 CPU = Machine("cpu", None, 0, None, 24.0, True, HOST)
@@ -101,6 +101,15 @@ def test_decode_widths_spread_when_large():
 def test_long_prompt_spans_several_chunks_within_the_context():
     assert long_prompt_tokens(Shape(4096, 4, 512, 0)) == 1280
     assert long_prompt_tokens(Shape(1000, 4, 512, 0)) == 998
+
+
+def test_prefill_sizes_cover_each_fused_moe_batch_key_below_the_chunk():
+    """The H200 run's first 4×64-token batch (256 tokens) waited for a fused-MoE compile
+    that no warm-up step had triggered (docs/gpu-entrypoint.md)."""
+    seeds = prefill_sizes(Shape(262144, 4, 2048, 3, capture_sizes=(4, 8, 12, 16)))
+    assert seeds == [24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536]
+    assert prefill_sizes(Shape(300, 4, 512, 0)) == [24, 32, 48, 64, 96, 128, 256]
+    assert prefill_sizes(Shape(4096, 4, 16, 0)) == []
 
 
 def test_load_format_reaches_vllm_only_when_set(tiny_plan):

@@ -41,10 +41,11 @@ def chat(
     stream: bool = True,
     session: str | None = None,
     max_tokens: int = 8,
+    model: str = "tiny",
 ) -> int:
     """POST a chat completion; read the whole (streamed) body; return the status."""
     body: dict[str, Any] = {
-        "model": "tiny",
+        "model": model,
         "messages": messages,
         "max_tokens": max_tokens,
         "stream": stream,
@@ -58,21 +59,21 @@ def chat(
         return response.status_code
 
 
-def session_turns(client: httpx.Client, key: str, turns: int = 3) -> list[int]:
+def session_turns(client: httpx.Client, key: str, turns: int = 3, model: str = "tiny") -> list[int]:
     """A growing conversation behind one long system prompt, then a changed system prompt."""
     messages = [{"role": "system", "content": LONG_SYSTEM}]
     statuses = []
     for turn in range(turns):
         messages.append({"role": "user", "content": f"question {turn}: how big is the cache?"})
-        statuses.append(chat(client, key, messages, session="s1"))
+        statuses.append(chat(client, key, messages, session="s1", model=model))
         messages.append({"role": "assistant", "content": f"answer {turn}"})
         time.sleep(SCRAPE_GAP_S)
     messages[0] = {"role": "system", "content": CHANGED_SYSTEM}
-    statuses.append(chat(client, key, messages, session="s1"))
+    statuses.append(chat(client, key, messages, session="s1", model=model))
     return statuses
 
 
-def burst(base_url: str, key: str) -> list[int]:
+def burst(base_url: str, key: str, model: str = "tiny") -> list[int]:
     """BURST streams for one key at once: one runs, one waits, the rest are refused (429)."""
     user = [{"role": "user", "content": "write a long answer"}]
     start = threading.Barrier(BURST)
@@ -80,7 +81,7 @@ def burst(base_url: str, key: str) -> list[int]:
     def one(_: int) -> int:
         with httpx.Client(base_url=base_url, timeout=TIMEOUT_S) as client:
             start.wait()
-            return chat(client, key, user, max_tokens=BURST_TOKENS)
+            return chat(client, key, user, max_tokens=BURST_TOKENS, model=model)
 
     with ThreadPoolExecutor(BURST) as pool:
         return sorted(pool.map(one, range(BURST)))
@@ -92,14 +93,16 @@ def completion(client: httpx.Client, key: str, model: str = "tiny", max_tokens: 
     return client.post("/v1/completions", json=body, headers=headers).status_code
 
 
-def through_gateway(base_url: str, keys: tuple[str, str]) -> dict[str, list[int]]:
+def through_gateway(
+    base_url: str, keys: tuple[str, str], model: str = "tiny"
+) -> dict[str, list[int]]:
     alice, bob = keys
     with httpx.Client(base_url=base_url, timeout=TIMEOUT_S) as client:
         return {
-            "session": session_turns(client, alice),
-            "completion": [completion(client, alice)],
-            "bad_key": [completion(client, "not-a-key")],
-            "burst": burst(base_url, bob),
+            "session": session_turns(client, alice, model=model),
+            "completion": [completion(client, alice, model)],
+            "bad_key": [completion(client, "not-a-key", model)],
+            "burst": burst(base_url, bob, model),
         }
 
 
