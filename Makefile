@@ -41,7 +41,7 @@ test-fast: $(VENV)/.test-stamp ## Run the tests that do not start vLLM or contai
 
 lint: $(VENV)/.test-stamp ## ruff
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check budget entrypoint gateway bench reliability tests tools
+	$(PY) -m ruff format --check budget entrypoint gateway bench reliability tests tools draftvocab
 
 typecheck: $(VENV)/.test-stamp ## mypy (strict) on budget/, entrypoint/, gateway/, bench/, reliability/
 	$(PY) -m mypy

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from budget.safetensors_headers import CheckpointHeaders, TensorHeader
 
 MTP = "mtp"
+# The MTP drafter's reduced head and its map (python -m draftvocab; draftvocab/checkpoint.py).
+DRAFT_VOCAB = "draft_vocab"
 VISION = "vision"
 OTHER = "other"
 # Float dtypes vLLM casts to the model dtype when the checkpoint is not quantized.
@@ -27,6 +29,7 @@ SKIPPED = re.compile(r"rotary_emb\.(inv_freq|cos_cached|sin_cached)$")
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), component)
     for pattern, component in (
+        (r"(^|\.)mtp\.draft_lm_head\.", DRAFT_VOCAB),
         (r"(^|\.)mtp\.", MTP),
         (r"(^|\.)(visual|vision_tower|vision_model|audio_tower|multi_modal_projector)\.", VISION),
         (r"(^|\.)(embed_tokens|wte|word_embeddings)\.", "embeddings"),
@@ -62,8 +65,8 @@ class CheckpointWeights:
     tensor_bytes_on_disk: int  # the tensors' data as stored (headers excluded)
     quantization: str | None
 
-    def without(self, component: str) -> dict[str, int]:
-        return {k: v for k, v in self.bytes_by_component.items() if k != component}
+    def without(self, *components: str) -> dict[str, int]:
+        return {k: v for k, v in self.bytes_by_component.items() if k not in components}
 
 
 def resident_bytes(tensor: TensorHeader, quantized: bool, model_dtype_bytes: int) -> int:

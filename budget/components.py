@@ -98,7 +98,8 @@ def fixed_components(profile: ModelProfile, s: Settings) -> Components:
     weights = weight_sizes(profile, s)
     sizes = dict(weights.bytes)
     notes = dict(weights.notes)
-    sizes["draft_vocab_slice"] = s.draft_vocab_rows * m.hidden_size * 2 // s.tp
+    if "draft_vocab_slice" not in sizes:  # else: exact, from the checkpoint's headers
+        sizes["draft_vocab_slice"] = s.draft_vocab_rows * m.hidden_size * 2 // s.tp
     sizes["ple_page_cache"] = ple_page_cache_bytes(profile, s)
     notes["ple_page_cache"] = (
         f"estimate: PLE table × hot fraction {s.ple_hot_fraction:g} "

@@ -77,6 +77,8 @@ class ModelSpec:
     gdn: GDNSpec | None = None
     moe: MoESpec | None = None
     mtp_layers: int = 0
+    # config.json's draft_vocab_size (`python -m draftvocab`): rows of the MTP drafter's head.
+    draft_vocab_size: int | None = None
     assumed: tuple[str, ...] = field(default=(), compare=False)
     # `quantization_config.quant_method` (fp8, modelopt, awq, gptq, auto-round, …); None = none.
     quantization: str | None = None
@@ -116,6 +118,10 @@ def _positive_int(cfg: dict[str, Any], key: str, source: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BudgetError(f"{source}: field '{key}'={value!r}; must be a positive integer")
     return value
+
+
+def _optional_positive_int(cfg: dict[str, Any], key: str, source: str) -> int | None:
+    return _positive_int(cfg, key, source) if cfg.get(key) is not None else None
 
 
 def _dtype_bytes(value: Any, key: str, source: str) -> int:
@@ -258,6 +264,7 @@ def model_from_config(
         mtp_layers=int(
             cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0
         ),
+        draft_vocab_size=_optional_positive_int(cfg, "draft_vocab_size", source),
         assumed=tuple(str(a) for a in config.get("_sparkserve_assumed", ())),
         quantization=quantization_method(config),
         quantization_format=quantization_format(config),

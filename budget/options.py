@@ -279,13 +279,15 @@ class PlanOptions:
             "4,8,…",
         ),
     )
-    draft_vocab: bool | None = field(
+    draft_vocab: bool | int | None = field(
         default=None,
         metadata=_declare(
-            parsers.switch,
-            "The MTP head uses the profile's reduced draft-vocab slice.",
-            "on|off",
-            entrypoint=False,
+            parsers.switch_or_count,
+            "The MTP drafter proposes from a reduced draft vocabulary (python -m draftvocab; "
+            "the entrypoint turns vLLM's plugin on): on = the rows in --model DIR's "
+            "config.json (draft_vocab_size) or the profile's, N = N rows. Unset: on when "
+            "the model directory has draft_vocab_size, else the profile's.",
+            "on|off|N",
         ),
     )
     ple_hot_fraction: float | None = field(

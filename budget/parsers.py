@@ -116,6 +116,17 @@ def switch(raw: str) -> bool:
     raise ValueError("must be on or off (yes/no, true/false and 1/0 too)")
 
 
+def switch_or_count(raw: str) -> bool | int:
+    """on/off (as `switch`), or a positive whole number."""
+    value = raw.strip().replace(",", "").replace("_", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        return switch(raw)
+    except ValueError:
+        raise ValueError("must be on, off or a positive whole number of rows") from None
+
+
 def text(raw: str) -> str:
     return raw.strip()
 

@@ -219,16 +219,36 @@ def _memory(opts: PlanOptions, device: str) -> tuple[float | None, int | None, i
     return util, opts.kv_cache_memory_bytes, block
 
 
+def _draft_rows(opts: PlanOptions, profile: ModelProfile) -> int:
+    """Rows of the drafter's reduced head: N given, else the model directory's
+    draft_vocab_size, else the profile's; 0 when off."""
+    dv, in_dir = profile.draft_vocab, profile.spec.draft_vocab_size
+    choice = opts.draft_vocab
+    if choice is None:
+        choice = True if in_dir else bool(dv.get("enabled"))
+    if choice is False:
+        return 0
+    rows = choice if not isinstance(choice, bool) else in_dir or dv.get("rows")
+    if rows is None:
+        raise BudgetError(
+            f"draft_vocab=on; {profile.model_dir}/config.json has no draft_vocab_size: make "
+            "the reduced head with python -m draftvocab, or give the rows (--draft-vocab N)"
+        )
+    if not 1 <= int(rows) <= profile.spec.vocab_size:
+        raise BudgetError(
+            f"draft_vocab={rows}; must be 1 to the vocabulary size ({profile.spec.vocab_size})"
+        )
+    return int(rows)
+
+
 def _offload(opts: PlanOptions, profile: ModelProfile, mtp: int) -> tuple[int, float]:
     """Draft-vocab rows (only with MTP) and the PLE hot fraction."""
-    dv = profile.draft_vocab
-    use_draft = opts.draft_vocab if opts.draft_vocab is not None else bool(dv.get("enabled"))
     hot = opts.ple_hot_fraction
     if hot is None:
         hot = float(profile.ple.get("hot_fraction", 0.0))
     if not 0 <= hot <= 1:
         raise BudgetError(f"ple_hot_fraction={hot}; must be between 0 and 1")
-    return (int(dv.get("rows", 65536)) if use_draft and mtp else 0), hot
+    return (_draft_rows(opts, profile) if mtp else 0), hot
 
 
 def _vllm(opts: PlanOptions) -> RuleChoice:

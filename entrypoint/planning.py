@@ -16,6 +16,7 @@ from budget.host import probe_host
 from budget.options import PlanOptions
 from budget.plan import Plan
 from budget.planner import build_plan
+from draftvocab.plugin import ENV as DRAFT_VOCAB_ENV
 from entrypoint.config import EntrypointConfig
 from entrypoint.errors import ConfigError
 from entrypoint.gateway_mode import BYPASS_ENV, bypass_env, middleware_args
@@ -169,5 +170,12 @@ def build_launch(config: EntrypointConfig, plan: Plan, console_script: str | Non
             **bypass_env(config),
             **api_key_env(config),
             **long_context_env(config),
+            **draft_vocab_env(plan),
         },
     )
+
+
+def draft_vocab_env(plan: Plan) -> dict[str, str]:
+    """vLLM's plugin reads this (draftvocab/plugin.py): on exactly when the plan has a
+    reduced draft vocabulary, whatever the entrypoint's own variable said (on|off|N)."""
+    return {DRAFT_VOCAB_ENV: "on" if plan.settings.draft_vocab_rows else "off"}

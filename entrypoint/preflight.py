@@ -13,9 +13,16 @@ import socket
 from pathlib import Path
 
 from budget.errors import BudgetError
+from budget.model import text_config
 from budget.plan import Plan
 from budget.safetensors_headers import read_checkpoint
 from budget.units import GiB
+from draftvocab.plugin import (
+    DRAFT_VOCAB_ARCHITECTURES,
+    UnsupportedVLLMError,
+    check_version,
+    installed_vllm,
+)
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
 from entrypoint.errors import DoesNotFitError, PreflightError
@@ -112,6 +119,50 @@ def check_weights(config: EntrypointConfig, plan: Plan) -> None:
         check_weight_files(where, Path(draft.model_dir), load_format(config))
 
 
+def _draft_vocab_in(plan: Plan, directory: str | None) -> int | None:
+    """draft_vocab_size of the checkpoint vLLM loads (None: none, or a hub id)."""
+    if plan.model_dir is not None:
+        return plan.model.draft_vocab_size
+    if directory is None or not (Path(directory) / "config.json").is_file():
+        return None
+    try:
+        found = text_config(json.loads((Path(directory) / "config.json").read_text()))
+    except (OSError, ValueError):
+        return None  # vLLM reports an unreadable config itself
+    value = found.get("draft_vocab_size")
+    return value if isinstance(value, int) else None
+
+
+def check_draft_vocab(config: EntrypointConfig, plan: Plan) -> None:
+    """A reduced draft vocabulary (draftvocab/): the checkpoint has one exactly when the
+    plan does, and vLLM's plugin serves it for this vLLM and model."""
+    rows = plan.settings.draft_vocab_rows
+    directory = plan.model_dir or config.weights
+    found = _draft_vocab_in(plan, directory)
+    if not rows:
+        if found and plan.settings.mtp:
+            raise PreflightError(
+                f"{directory}/config.json has draft_vocab_size={found}, which vLLM's own MTP "
+                "drafter cannot load: set SPARKSERVE_DRAFT_VOCAB=on (or serve the checkpoint "
+                "it was made from)"
+            )
+        return
+    if plan.model.architecture not in DRAFT_VOCAB_ARCHITECTURES:
+        raise PreflightError(
+            f"SPARKSERVE_DRAFT_VOCAB: the plugin serves a reduced draft vocabulary for "
+            f"{', '.join(DRAFT_VOCAB_ARCHITECTURES)} only, not {plan.model.architecture}"
+        )
+    try:
+        check_version(installed_vllm())
+    except UnsupportedVLLMError as exc:
+        raise PreflightError(str(exc)) from None
+    if directory is not None and Path(directory).is_dir() and found != rows:
+        raise PreflightError(
+            f"SPARKSERVE_DRAFT_VOCAB plans {rows} draft rows, but {directory}/config.json has "
+            f"draft_vocab_size={found}: make the reduced head with python -m draftvocab"
+        )
+
+
 def fit_problem(plan: Plan) -> str | None:
     if plan.fits:
         return None
@@ -181,6 +232,7 @@ def check_port_free(host: str, port: int, variable: str) -> None:
 def run_checks(config: EntrypointConfig, plan: Plan, machine: Machine, console: Console) -> None:
     """Everything but the model-dir check (done before planning) and the vLLM flag check."""
     check_weights(config, plan)
+    check_draft_vocab(config, plan)
     check_fits(plan, config.force, console)
     check_host_memory(plan, machine.host, config.force, console)
     check_gpu(plan, machine)

@@ -17,7 +17,16 @@ COMMANDS = [
     ("gateway", "--help"),
     ("bench", "--help"),
     ("reliability", "--help"),
+    ("draftvocab", "--help"),
 ]
+
+
+def test_the_wheel_registers_the_vllm_plugin(installed: Path) -> None:
+    """vLLM finds its plugins by entry point (group vllm.general_plugins)."""
+    (dist,) = installed.glob("sparkserve-*.dist-info")
+    entry_points = (dist / "entry_points.txt").read_text()
+    assert "[vllm.general_plugins]" in entry_points
+    assert "sparkserve_draft_vocab = draftvocab.plugin:register" in entry_points
 
 
 @pytest.fixture(scope="module")

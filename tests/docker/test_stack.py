@@ -111,7 +111,7 @@ def test_every_container_runs_as_a_non_root_uid(stack: st.Stack) -> None:
 
 @pytest.mark.parametrize("service", ["vllm", "gateway"])
 def test_every_shipped_command_answers_help_in_the_images(stack: st.Stack, service: str) -> None:
-    for command in ("budget plan", "entrypoint", "gateway", "bench", "reliability"):
+    for command in ("budget plan", "entrypoint", "gateway", "bench", "reliability", "draftvocab"):
         argv = ["exec", "-T", "-w", "/", service, "python3", "-m", *command.split(), "--help"]
         result = st.compose(stack.env, *argv)
         assert result.returncode == 0 and "usage:" in result.stdout, (command, result.stderr)

@@ -23,7 +23,6 @@ def test_the_entrypoint_offers_every_planner_setting_but_the_planner_only_ones()
         "uma",
         "cpu_avx512_bf16",
         "block_size",
-        "draft_vocab",
         "ple_hot_fraction",
         "mtp_acceptance",
     }
