@@ -219,6 +219,9 @@ def _memory(opts: PlanOptions, device: str) -> tuple[float | None, int | None, i
     return util, opts.kv_cache_memory_bytes, block
 
 
+DEFAULT_DRAFT_ROWS = 65_536  # seed 000 §3.3; python -m draftvocab's default too
+
+
 def _draft_rows(opts: PlanOptions, profile: ModelProfile) -> int:
     """Rows of the drafter's reduced head: N given, else the model directory's
     draft_vocab_size, else the profile's; 0 when off."""
@@ -229,11 +232,12 @@ def _draft_rows(opts: PlanOptions, profile: ModelProfile) -> int:
     if choice is False:
         return 0
     rows = choice if not isinstance(choice, bool) else in_dir or dv.get("rows")
-    if rows is None:
+    if rows is None and profile.model_dir is not None:
         raise BudgetError(
             f"draft_vocab=on; {profile.model_dir}/config.json has no draft_vocab_size: make "
             "the reduced head with python -m draftvocab, or give the rows (--draft-vocab N)"
         )
+    rows = DEFAULT_DRAFT_ROWS if rows is None else rows  # a profile without its own
     if not 1 <= int(rows) <= profile.spec.vocab_size:
         raise BudgetError(
             f"draft_vocab={rows}; must be 1 to the vocabulary size ({profile.spec.vocab_size})"

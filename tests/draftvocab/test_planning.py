@@ -141,3 +141,12 @@ def test_the_plugin_does_nothing_unless_on(monkeypatch):
     monkeypatch.setenv(plugin.ENV, "maybe")
     with pytest.raises(ValueError, match="must be on or off"):
         plugin.register()
+
+
+def test_a_profile_without_rows_of_its_own_takes_the_seeds_65536():
+    plan = build_plan(
+        PlanOptions(model="qwen3-next-80b-a3b", hardware="h200", mtp=1, draft_vocab=True)
+    )
+    hidden = plan.model.hidden_size
+    assert plan.settings.draft_vocab_rows == 65_536
+    assert plan.components["draft_vocab_slice"] == 65_536 * hidden * 2
