@@ -28,8 +28,11 @@ SCRIPT = (
     "    found = entry.children()\n"
     "else:\n"
     "    found = [p for p in procs if sys.argv[1] in text(p)]\n"
-    "[getattr(p, sys.argv[2])() for p in found]\n"
-    "print(len(found))\n"
+    "if sys.argv[2] == 'pids':\n"
+    "    print(' '.join(str(p.pid) for p in found))\n"
+    "else:\n"
+    "    [getattr(p, sys.argv[2])() for p in found]\n"
+    "    print(len(found))\n"
 )
 
 
@@ -39,6 +42,34 @@ def make_fault(env: dict[str, str], target: str, action: str, index: int = 1) ->
         env, "exec", "-T", "--index", str(index), "vllm", "python3", "-c", SCRIPT, target, action
     )
     assert made.returncode == 0 and int(made.stdout.strip() or 0) >= 1, made
+
+
+def find(env: dict[str, str], target: str, index: int = 1) -> list[str]:
+    """The pids SCRIPT matches in the `index`-th vllm container (looked up ahead of a
+    fault that must land within a second, e.g. while a short stream runs)."""
+    found = st.compose(
+        env, "exec", "-T", "--index", str(index), "vllm", "python3", "-c", SCRIPT, target, "pids"
+    )
+    assert found.returncode == 0 and found.stdout.split(), found
+    return found.stdout.split()
+
+
+def send_later(
+    env: dict[str, str], signal_name: str, pids: list[str], delay_s: float, index: int = 1
+) -> None:
+    """`kill -SIGNAL pids` in the container `delay_s` from now, from a process started
+    there now: started while the machine is idle, it lands on time. (Under a stream, vLLM
+    keeps both cores busy and `docker exec` itself took 9 s, long enough for a
+    4,000-token stream to finish before the signal.)"""
+    name = str(container(env, "vllm", index)["Name"])
+    command = f"sleep {delay_s:g}; kill -{signal_name} {' '.join(pids)}"
+    sent = subprocess.run(
+        ["docker", "exec", "-d", name, "sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sent.returncode == 0, sent
 
 
 def container(env: dict[str, str], service: str, index: int = 1) -> dict[str, object]:

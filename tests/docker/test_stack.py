@@ -141,7 +141,7 @@ def test_no_key_or_salt_in_inspect_or_any_log(stack: st.Stack, scraped: float) -
 @dataclass(frozen=True)
 class Fault:
     target: str  # faults.SCRIPT's first argument
-    action: str  # a psutil.Process method
+    action: str  # a psutil.Process method, or with under_stream a signal for `kill`
     said: str  # what the entrypoint's log must say
     under_stream: bool  # made while a stream runs (a stalled engine has requests admitted)
 
@@ -151,9 +151,12 @@ FAULTS = {
         "main", "kill", "vLLM exited (killed by SIGKILL", under_stream=False
     ),
     "vLLM's engine stopped mid-stream (SIGSTOP)": Fault(
-        "EngineCore", "suspend", "vLLM's engine made no progress for", under_stream=True
+        "EngineCore", "STOP", "vLLM's engine made no progress for", under_stream=True
     ),
 }
+
+
+STREAM_FAULT_DELAY_S = 1.0
 
 
 @pytest.mark.parametrize("name", list(FAULTS))
@@ -168,10 +171,14 @@ def test_a_vllm_fault_restarts_its_container_and_the_gateway_serves_again(
     fault = FAULTS[name]
     before = faults.restart_count(stack.env)
     gateway_before = faults.restart_count(stack.env, "gateway")
-    stream = faults.Stream(stack.gateway, stack.key, 4000) if fault.under_stream else None
-    if stream is not None:
+    if fault.under_stream:  # a 4,000-token stream lasts about 5 s: stopped 1 s into it
+        pids = faults.find(stack.env, fault.target)
+        faults.send_later(stack.env, fault.action, pids, STREAM_FAULT_DELAY_S)
+        stream = faults.Stream(stack.gateway, stack.key, 4000)
         stream.wait_for_events()
-    faults.make_fault(stack.env, fault.target, fault.action)
+    else:
+        stream = None
+        faults.make_fault(stack.env, fault.target, fault.action)
     started = time.monotonic()
     quick = client.with_options(timeout=5.0, max_retries=0)
     refusals: list[tuple[int, str | None]] = []

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.docker
 NAMES = ("vllm-1", "vllm-2")
 SPLIT = {"vllm-1": 5, "vllm-2": 4}  # odd total: round-robin alternates each session's turns
 TURNS = 4
-KILL_WAVE_TOKENS = 512
+KILL_WAVE_TOKENS = 1500  # streams of several seconds, so the kill lands inside them
+KILL_AFTER_S = 0.5
 RETURN_WAVES = 3
 # The workload's sizes: a small KV pool per replica, and the gateway's per-key limits
 # of test_stack.py lifted (nine sessions of one key at once).
@@ -164,6 +165,7 @@ def test_a_killed_container_fails_only_its_own_requests_then_serves_again(
     before = _waves_on(scaled, "vllm-2", sessions, 0)
     assert before[-1] == SPLIT["vllm-2"], before
     restarts = faults.restart_count(scaled.env, index=2)
+    main = faults.find(scaled.env, "-m vllm.entrypoints", index=2)  # vLLM's API server
     results: list[bool] = []
     streams = threading.Thread(
         target=lambda: results.extend(
@@ -172,12 +174,14 @@ def test_a_killed_container_fails_only_its_own_requests_then_serves_again(
     )
     streams.start()
     deadline = time.monotonic() + 60
-    while sum(_in_flight(scaled, name) for name in NAMES) < len(sessions):
-        assert time.monotonic() < deadline, "the wave's requests never all in flight"
+    while _in_flight(scaled, "vllm-2") < 1:
+        assert time.monotonic() < deadline, "none of vllm-2's sessions in flight on it"
+        assert streams.is_alive(), results
         time.sleep(0.02)
+    time.sleep(KILL_AFTER_S)  # the wave's requests were all sent at once: all under way
     on_victim_now = _in_flight(scaled, "vllm-2")
-    assert on_victim_now >= 1, "none of vllm-2's sessions in flight on it"
-    faults.make_fault(scaled.env, "main", "kill", index=2)
+    assert on_victim_now >= 1, "vllm-2's streams ended within the wait"
+    faults.send_later(scaled.env, "KILL", main, 0, index=2)
     streams.join(300)
     failed = results.count(False)
     assert failed <= on_victim_now, (results, on_victim_now)
