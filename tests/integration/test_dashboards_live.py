@@ -14,9 +14,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,8 +22,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from entrypoint.nvml import GpuReading
 from entrypoint.state import Lifecycle
 from entrypoint.tiny_model import write_tiny_model
-from gateway.app import create_app
-from gateway.settings import load_settings
 from tests.conftest import SHARED_SERVER_ARGS
 from tests.gateway.server import serve
 from tests.integration import traffic
@@ -55,7 +51,6 @@ MTP_ARGS = (
     "--enforce-eager",
 )  # fmt: skip
 DENSE_MODEL = SHARED_SERVER_ARGS[SHARED_SERVER_ARGS.index("--served-model-name") + 1]
-KEYS = ("key-alice", "key-bob")
 SCRAPES_AFTER_TRAFFIC_S = 4.0  # 1s scrapes and rule evaluations: a few of each
 NO_GPU = "GPU-only panel: NVML sees no GPU here, so the sparkserve_gpu_* series are absent"
 # What a dashboard may name besides exposed samples: its own recording rules.
@@ -91,30 +86,13 @@ def mtp_server(vllm_server, tmp_path_factory) -> Iterator[VLLMServer]:
         server.stop()
 
 
-def gateway_app(upstream: str, state_dir: Path, control_url: str | None = None):
-    settings = load_settings(
-        upstream_url=upstream,
-        api_keys=f"alice:{KEYS[0]},bob:{KEYS[1]}",
-        control_url=control_url,
-        state_dir=state_dir,
-        max_concurrency_per_key=1,
-        queue_size=1,
-        connect_timeout_seconds=2.0,
-    )
-    return create_app(settings)
-
-
-def scrape(url: str) -> str:
-    return httpx.get(f"{url}/metrics", timeout=10).text
-
-
 @pytest.fixture(scope="module")
 def stack(vllm_server, mtp_server, tmp_path_factory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("stack")
     with (
         control_endpoint(vllm_server, SHARED_SERVER_ARGS) as control,
-        serve(gateway_app(vllm_server.url, tmp / "gw", control)) as gateway,
-        serve(gateway_app(f"http://127.0.0.1:{free_port()}", tmp / "dead")) as dead_gateway,
+        serve(traffic.gateway_app(vllm_server.url, tmp / "gw", control)) as gateway,
+        serve(traffic.gateway_app(f"http://127.0.0.1:{free_port()}", tmp / "dead")) as dead_gateway,
     ):
         targets = {
             "vllm": [vllm_server.url, mtp_server.url],
@@ -129,11 +107,11 @@ def stack(vllm_server, mtp_server, tmp_path_factory) -> Iterator[Stack]:
             prometheus.wait_ready()
             prometheus.wait_targets_up(sum(map(len, targets.values())))
             started = time.time()
-            statuses = traffic.through_gateway(gateway, KEYS)
-            statuses["dead_upstream"] = traffic.dead_upstream(dead_gateway, KEYS[0])
+            statuses = traffic.through_gateway(gateway, traffic.KEYS)
+            statuses["dead_upstream"] = traffic.dead_upstream(dead_gateway, traffic.KEYS[0])
             statuses["speculative"] = traffic.speculative(mtp_server.url, MTP_MODEL)
             time.sleep(SCRAPES_AFTER_TRAFFIC_S)
-            texts = {url: scrape(url) for urls in targets.values() for url in urls}
+            texts = {url: traffic.scrape(url) for urls in targets.values() for url in urls}
             yield Stack(prometheus, texts, started, statuses)
         finally:
             prometheus.stop()

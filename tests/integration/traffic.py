@@ -12,9 +12,13 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from gateway.app import create_app
+from gateway.settings import load_settings
 
 SYSTEM_WORDS = (
     "You are a careful assistant for the sparkserve project. Answer with short, exact "
@@ -23,6 +27,7 @@ SYSTEM_WORDS = (
 LONG_SYSTEM = SYSTEM_WORDS * 12 + "Current time: 2026-11-29T09:30:56Z."
 CHANGED_SYSTEM = "You changed: " + LONG_SYSTEM
 TIMEOUT_S = 120.0
+KEYS = ("key-alice", "key-bob")  # tenants alice and bob of `gateway_app`
 # Per-key limit 1 + queue 1, the rest refused with 429.  The streams start together,
 # but on an idle machine a fast tiny model can finish the first before the last
 # arrives, letting one more in: six leave several 429s even then.
@@ -116,3 +121,22 @@ def dead_upstream(base_url: str, key: str) -> list[int]:
     """One request through a gateway whose vLLM does not answer (connect error)."""
     with httpx.Client(base_url=base_url, timeout=TIMEOUT_S) as client:
         return [completion(client, key)]
+
+
+def gateway_app(upstream: str, state_dir: Path, control_url: str | None = None) -> Any:
+    """The gateway the dashboard checks drive (one stream per key, one waiting), so that
+    the admission panels move under `through_gateway`."""
+    settings = load_settings(
+        upstream_url=upstream,
+        api_keys=f"alice:{KEYS[0]},bob:{KEYS[1]}",
+        control_url=control_url,
+        state_dir=state_dir,
+        max_concurrency_per_key=1,
+        queue_size=1,
+        connect_timeout_seconds=2.0,
+    )
+    return create_app(settings)
+
+
+def scrape(url: str) -> str:
+    return httpx.get(f"{url}/metrics", timeout=10).text

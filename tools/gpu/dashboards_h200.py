@@ -24,11 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.app import create_app
-from gateway.settings import load_settings
 from tests.gateway.server import serve
 from tests.integration import traffic
 from tests.integration.dashboards import all_queries
@@ -36,27 +33,8 @@ from tests.integration.prom import Prometheus, finite_values
 from tests.vllm_proc import free_port
 from tools.demo import prometheus_config
 
-KEYS = ("key-alice", "key-bob")
 SCRAPES_AFTER_TRAFFIC_S = 4.0
 VALUES_KEPT = 4
-
-
-def gateway_app(upstream: str, state_dir: Path, control_url: str | None = None) -> Any:
-    """The live dashboard test's gateway settings (per-key limit 1, queue 1)."""
-    settings = load_settings(
-        upstream_url=upstream,
-        api_keys=f"alice:{KEYS[0]},bob:{KEYS[1]}",
-        control_url=control_url,
-        state_dir=state_dir,
-        max_concurrency_per_key=1,
-        queue_size=1,
-        connect_timeout_seconds=2.0,
-    )
-    return create_app(settings)
-
-
-def scrape(url: str) -> str:
-    return httpx.get(f"{url}/metrics", timeout=10).text
 
 
 def metric_names(text: str) -> list[str]:
@@ -89,8 +67,8 @@ def evaluate(prometheus: Prometheus, model: str, rate_interval: str) -> list[dic
 def check(vllm: str, control: str, model: str, workdir: Path) -> dict[str, Any]:
     dead_upstream = f"http://127.0.0.1:{free_port()}"
     with (
-        serve(gateway_app(vllm, workdir / "gw", control)) as gateway,
-        serve(gateway_app(dead_upstream, workdir / "dead")) as dead_gateway,
+        serve(traffic.gateway_app(vllm, workdir / "gw", control)) as gateway,
+        serve(traffic.gateway_app(dead_upstream, workdir / "dead")) as dead_gateway,
     ):
         targets = {"vllm": [vllm], "entrypoint": [control], "gateway": [gateway, dead_gateway]}
         plain = {job: [u.removeprefix("http://") for u in urls] for job, urls in targets.items()}
@@ -99,12 +77,12 @@ def check(vllm: str, control: str, model: str, workdir: Path) -> dict[str, Any]:
             prometheus.wait_ready()
             prometheus.wait_targets_up(sum(map(len, targets.values())))
             started = time.time()
-            statuses = traffic.through_gateway(gateway, KEYS, model)
-            statuses["dead_upstream"] = traffic.dead_upstream(dead_gateway, KEYS[0])
+            statuses = traffic.through_gateway(gateway, traffic.KEYS, model)
+            statuses["dead_upstream"] = traffic.dead_upstream(dead_gateway, traffic.KEYS[0])
             statuses["speculative"] = traffic.speculative(vllm, model)
             time.sleep(SCRAPES_AFTER_TRAFFIC_S)
             rate_interval = f"{int(time.time() - started) + 30}s"
-            texts = {job: scrape(urls[0]) for job, urls in targets.items()}
+            texts = {job: traffic.scrape(urls[0]) for job, urls in targets.items()}
             return {
                 "statuses": statuses,
                 "rate_interval": rate_interval,
