@@ -21,7 +21,6 @@ from draftvocab.plugin import (
     DRAFT_VOCAB_ARCHITECTURES,
     UnsupportedVLLMError,
     check_version,
-    installed_vllm,
 )
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
@@ -152,8 +151,8 @@ def check_draft_vocab(config: EntrypointConfig, plan: Plan) -> None:
             f"SPARKSERVE_DRAFT_VOCAB: the plugin serves a reduced draft vocabulary for "
             f"{', '.join(DRAFT_VOCAB_ARCHITECTURES)} only, not {plan.model.architecture}"
         )
-    try:
-        check_version(installed_vllm())
+    try:  # the vLLM the plan is for: the installed one unless SPARKSERVE_VLLM_VERSION says
+        check_version(plan.settings.vllm.version)
     except UnsupportedVLLMError as exc:
         raise PreflightError(str(exc)) from None
     if directory is not None and Path(directory).is_dir() and found != rows:

@@ -150,3 +150,9 @@ def test_a_profile_without_rows_of_its_own_takes_the_seeds_65536():
     hidden = plan.model.hidden_size
     assert plan.settings.draft_vocab_rows == 65_536
     assert plan.components["draft_vocab_slice"] == 65_536 * hidden * 2
+
+
+def test_a_vllm_the_plugin_was_not_tested_on_is_refused_at_pre_flight(reduced):
+    config = _config(reduced, SPARKSERVE_VLLM_VERSION="0.24.0")
+    with pytest.raises(PreflightError, match="needs vLLM 0.32.0 .* this is vLLM 0.24.0"):
+        check_draft_vocab(config, build_plan(config.plan))
