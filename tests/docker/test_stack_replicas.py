@@ -28,7 +28,7 @@ NAMES = ("vllm-1", "vllm-2")
 SPLIT = {"vllm-1": 5, "vllm-2": 4}  # odd total: round-robin alternates each session's turns
 TURNS = 4
 KILL_WAVE_TOKENS = 1500  # streams of several seconds, so the kill lands inside them
-KILL_AFTER_S = 0.5
+KILL_AFTER_S = 3.0
 RETURN_WAVES = 3
 # The workload's sizes: a small KV pool per replica, and the gateway's per-key limits
 # of test_stack.py lifted (nine sessions of one key at once).
@@ -172,25 +172,27 @@ def test_a_killed_container_fails_only_its_own_requests_then_serves_again(
             wave(scaled.gateway, scaled.key, sessions, 1, max_tokens=KILL_WAVE_TOKENS, stream=True)
         )
     )
+    # Scheduled now, while the machine is idle (under the wave a `docker exec` can take
+    # longer than the streams last): it lands while vllm-2's streams run.
+    faults.send_later(scaled.env, "KILL", main, KILL_AFTER_S, index=2)
     streams.start()
     deadline = time.monotonic() + 60
     while _in_flight(scaled, "vllm-2") < 1:
         assert time.monotonic() < deadline, "none of vllm-2's sessions in flight on it"
         assert streams.is_alive(), results
         time.sleep(0.02)
-    time.sleep(KILL_AFTER_S)  # the wave's requests were all sent at once: all under way
     on_victim_now = _in_flight(scaled, "vllm-2")
-    assert on_victim_now >= 1, "vllm-2's streams ended within the wait"
-    faults.send_later(scaled.env, "KILL", main, 0, index=2)
     streams.join(300)
     failed = results.count(False)
-    assert failed <= on_victim_now, (results, on_victim_now)
+    # Only vllm-2's sessions fail (those on it when it died); vllm-1's all complete.
+    assert 1 <= failed <= SPLIT["vllm-2"], (results, on_victim_now)
     assert all(ok for ok, victim in zip(results, on_victim, strict=True) if not victim), results
     returned = _waves_on(scaled, "vllm-2", sessions, 2)
     assert faults.restart_count(scaled.env, index=2) == restarts + 1
     assert returned[-1] == SPLIT["vllm-2"], returned
     st.note_timing(
-        f"vllm-2 killed with {on_victim_now:.0f} of {len(sessions)} streams in flight on it: "
+        f"vllm-2 killed {KILL_AFTER_S:g} s into a wave of {len(sessions)} streams "
+        f"({on_victim_now:.0f} seen in flight on it): "
         f"{failed} failed, vllm-1's all completed; vllm-2's sessions served by it again, "
         f"wave by wave: {returned}"
     )
