@@ -14,7 +14,8 @@ usage included, go out every step).
 An engine stopped while idle never admits the next request (the gauges stay 0), so
 while nothing is admitted and nothing moved for a timeout's length, the entrypoint
 sends its own probe, a one-token completion, and calls the engine stalled when that
-brings no answer within the timeout.
+brings no answer within the timeout and none of the figures moved meanwhile (a probe
+queued behind a request that came in after it proves nothing).
 """
 
 from __future__ import annotations

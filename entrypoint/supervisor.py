@@ -31,7 +31,7 @@ from entrypoint.logscan import LogWatcher
 from entrypoint.planning import Launch
 from entrypoint.priority import lower_and_say
 from entrypoint.signals import SignalFlag, StopRequested
-from entrypoint.stall import StallWatch, describe, read_progress
+from entrypoint.stall import Progress, StallWatch, describe, read_progress
 from entrypoint.state import FAILED, READY, STOPPING, WARMING_UP, Lifecycle
 from entrypoint.warmup import Shape, run_warmup, served_model
 
@@ -273,6 +273,7 @@ class Stalls:
         self.watch = StallWatch(self.timeout_s)
         self.last_read = 0.0
         self.probe: Future[None] | None = None
+        self.probed: tuple[float, ...] | None = None  # the progress marks the probe left
 
     def tick(self, now: float) -> None:
         if self.probe is not None:
@@ -280,7 +281,11 @@ class Stalls:
                 return
             error = self.probe.exception()
             self.probe = None
-            if error is not None:
+            # A probe that timed out while the engine went on working (a request that
+            # came in after it, a long chunked prefill ahead of it) proves nothing: the
+            # progress watch judges from here. Only an engine that did nothing at all
+            # since the probe went out is stalled.
+            if error is not None and self._still_since_the_probe():
                 self.supervisor.stalled(
                     self.child,
                     f"vLLM's engine did not answer a one-token probe within "
@@ -289,19 +294,27 @@ class Stalls:
         if now - self.last_read < self.every_s:
             return
         self.last_read = now
-        try:
-            answer = self.supervisor.client.get("/metrics", timeout=HEALTH_TIMEOUT_SECONDS)
-            progress = read_progress(answer.text) if answer.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            progress = None  # /health failing is the other watch's case
+        progress = self._read()
         if progress is None:
-            return
+            return  # /health failing is the other watch's case
         verdict = self.watch.observe(now, progress)
         if verdict == "stalled":
             self.supervisor.stalled(self.child, describe(progress, self.watch.still_for(now)))
         if verdict == "probe":
+            self.probed = progress.marks
             self.probe = Future()
             threading.Thread(target=self._probe, name="stall-probe", daemon=True).start()
+
+    def _still_since_the_probe(self) -> bool:
+        progress = self._read()
+        return progress is None or progress.marks == self.probed
+
+    def _read(self) -> Progress | None:
+        try:
+            answer = self.supervisor.client.get("/metrics", timeout=HEALTH_TIMEOUT_SECONDS)
+            return read_progress(answer.text) if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
 
     def _probe(self) -> None:
         assert self.probe is not None

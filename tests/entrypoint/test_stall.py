@@ -169,13 +169,14 @@ class _Supervisor:
     """What Stalls uses of the supervisor; its client a vLLM whose engine hangs
     (a fake: this is the error path of an engine stopped while idle)."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, metrics_after_the_probe: str = IDLE_METRICS) -> None:
         self.ctx = SimpleNamespace(config=SimpleNamespace(stall_timeout_s=timeout_s))
         self.probes = 0
 
         def answer(request: httpx.Request) -> httpx.Response:
             if request.url.path == "/metrics":
-                return httpx.Response(200, text=IDLE_METRICS)
+                text = metrics_after_the_probe if self.probes else IDLE_METRICS
+                return httpx.Response(200, text=text)
             if request.url.path == "/v1/models":
                 return httpx.Response(200, json={"data": [{"id": "tiny"}]})
             self.probes += 1
@@ -196,5 +197,29 @@ def test_an_idle_engine_that_leaves_the_probe_unanswered_is_a_stall() -> None:
             stalls.tick(now)
             if stalls.probe is not None:
                 stalls.probe.exception(timeout=5)  # the thread's answer, then the next tick
+            now += 0.2
+    assert supervisor.probes == 1
+
+
+BUSY_METRICS = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 1.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="tiny"} 57.0
+"""
+
+
+def test_a_probe_timed_out_while_the_engine_moved_leaves_the_verdict_to_the_watch() -> None:
+    # The probe went out while idle; a user's request came in and ran (tokens moved)
+    # before the probe timed out. The probe proves nothing then; when the engine then
+    # stops with that request admitted, the progress watch says so.
+    supervisor = _Supervisor(timeout_s=0.5, metrics_after_the_probe=BUSY_METRICS)
+    stalls = Stalls(cast(Supervisor, supervisor), cast(VLLMChild, None))
+    now = 0.0
+    with pytest.raises(_Stalled, match="made no progress for .* with 1 request"):
+        for _ in range(100):
+            stalls.tick(now)
+            if stalls.probe is not None:
+                stalls.probe.exception(timeout=5)
             now += 0.2
     assert supervisor.probes == 1
