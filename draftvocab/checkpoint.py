@@ -70,15 +70,23 @@ def _weight_map(directory: Path) -> dict[str, str]:
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config: `text_config` in a multimodal checkpoint's config.json
+    (Qwen3.5's `Qwen3_5ForConditionalGeneration`), else the config itself."""
     nested = config.get("text_config")
     return nested if isinstance(nested, dict) else config
+
+
+def config_value(config: dict[str, Any], key: str) -> Any:
+    """`key` from the text config, else from the top level (a multimodal config may say
+    either: Qwen3.5 keeps its token ids in `text_config` only)."""
+    text = _text_config(config)
+    return text[key] if key in text else config.get(key)
 
 
 def read_source(directory: Path) -> Source:
     """SRC_DIR's config and weights, checked: an MTP module, an lm_head of its own."""
     config = _read_json(directory / "config.json")
-    text = _text_config(config)
-    if text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)):
+    if any(c.get("tie_word_embeddings") for c in (config, _text_config(config))):
         raise DraftVocabError(
             f"{directory}: tie_word_embeddings is true; the drafter's head would be the input "
             "embedding, which a reduced head cannot replace"

@@ -22,6 +22,7 @@ from draftvocab.checkpoint import (
     SHARD,
     Source,
     check_out,
+    config_value,
     read_source,
     write_output,
 )
@@ -72,9 +73,9 @@ def _chat_template(directory: Path) -> str:
 
 def _end_ids(source: Source) -> set[int]:
     ids: set[int] = set()
-    for config in (source.config, _json_file(source.directory / "generation_config.json")):
-        for key in ("eos_token_id", "bos_token_id"):
-            value = config.get(key)
+    generation = _json_file(source.directory / "generation_config.json")
+    for key in ("eos_token_id", "bos_token_id"):
+        for value in (config_value(source.config, key), generation.get(key)):
             ids.update(value if isinstance(value, list) else [] if value is None else [value])
     return {int(token) for token in ids}
 

@@ -6,14 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from torch import nn
 from vllm.config import VllmConfig
-from vllm.model_executor.layers.logits_processor import LogitsProcessor
-from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 from vllm.model_executor.models.qwen3_next_mtp import Qwen3NextMTP
 
-from draftvocab.checkpoint import D2T, HEAD
-from draftvocab.plugin import log
+from draftvocab.draft_head import DraftHead, take_draft_weights
 
 
 class Qwen3NextDraftVocabMTP(Qwen3NextMTP):
@@ -22,53 +18,17 @@ class Qwen3NextDraftVocabMTP(Qwen3NextMTP):
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        rows = getattr(self.config, "draft_vocab_size", None)
-        self.draft_rows: int | None = int(rows) if rows else None
-        if self.draft_rows is None:
-            return
-        self.draft_lm_head = ParallelLMHead(
-            self.draft_rows, self.config.hidden_size, prefix=f"{prefix}.draft_lm_head"
-        )
-        self.draft_logits_processor = LogitsProcessor(self.draft_rows)
-        self.draft_id_to_target_id = nn.Parameter(
-            torch.zeros(self.draft_rows, dtype=torch.long), requires_grad=False
-        )
-        log.info(
-            "sparkserve draft vocabulary: the MTP drafter proposes from %d of %d rows",
-            self.draft_rows,
-            self.config.vocab_size,
-        )
+        self.draft_head = DraftHead.for_config(self.config, prefix)
 
     def compute_logits(
         self, hidden_states: torch.Tensor, spec_step_idx: int = 0
     ) -> torch.Tensor | None:
-        if self.draft_rows is None:
+        if self.draft_head is None:
             logits: torch.Tensor | None = super().compute_logits(hidden_states, spec_step_idx)
             return logits
-        reduced: torch.Tensor | None = self.draft_logits_processor(
-            self.draft_lm_head, hidden_states
-        )
-        if reduced is None:
-            return None
-        base = torch.arange(self.draft_rows, device=reduced.device)
-        full = reduced.new_full((reduced.shape[0], self.config.vocab_size), float("-inf"))
-        full[:, base + self.draft_id_to_target_id] = reduced
-        return full
+        return self.draft_head.logits(hidden_states)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         loaded: set[str] = set()
-
-        def rest() -> Iterable[tuple[str, torch.Tensor]]:
-            for name, tensor in weights:
-                if name == HEAD and self.draft_rows is not None:
-                    head = self.draft_lm_head.weight
-                    assert isinstance(head, nn.Parameter)
-                    self.draft_lm_head.weight_loader(head, tensor)
-                    loaded.add("draft_lm_head.weight")
-                elif name == D2T and self.draft_rows is not None:
-                    self.draft_id_to_target_id.data.copy_(tensor)
-                    loaded.add("draft_id_to_target_id")
-                elif name not in (HEAD, D2T):
-                    yield name, tensor
-
-        return super().load_weights(rest()) | loaded
+        rest = take_draft_weights(self.draft_head, weights, loaded)
+        return super().load_weights(rest) | loaded

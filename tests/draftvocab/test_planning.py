@@ -46,18 +46,21 @@ def _source(directory: Path, architecture: str = "Qwen3NextForCausalLM") -> Path
     return directory
 
 
-@pytest.fixture(scope="module")
-def reduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("dv")
+def _reduced(root: Path, architecture: str = "Qwen3NextForCausalLM") -> Path:
     counts = root / "counts.json"
     counts.write_text(json.dumps({"5": 3}))
     made = subprocess.run(
-        [sys.executable, "-m", "draftvocab", str(_source(root / "src")), "--out",
+        [sys.executable, "-m", "draftvocab", str(_source(root / "src", architecture)), "--out",
          str(root / "dst"), "--rows", str(ROWS), "--counts", str(counts)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     return root / "dst"
+
+
+@pytest.fixture(scope="module")
+def reduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _reduced(tmp_path_factory.mktemp("dv"))
 
 
 def test_the_rows_and_their_bytes_come_from_the_checkpoint(reduced):
@@ -123,10 +126,15 @@ def test_rows_the_checkpoint_does_not_have_are_refused(reduced):
 
 
 def test_a_model_the_plugin_does_not_serve_is_refused(tmp_path):
-    model = _source(tmp_path, architecture="Qwen3_5MoeForCausalLM")
+    model = _source(tmp_path, architecture="DeepseekV3ForCausalLM")  # vLLM's DeepSeekMTP
     config = _config(model, SPARKSERVE_DRAFT_VOCAB="100")
-    with pytest.raises(PreflightError, match="for Qwen3NextForCausalLM only"):
+    with pytest.raises(PreflightError, match="only, not DeepseekV3ForCausalLM"):
         check_draft_vocab(config, build_plan(config.plan))
+
+
+def test_a_reduced_qwen3_5_checkpoint_passes_the_pre_flight(tmp_path):
+    config = _config(_reduced(tmp_path, "Qwen3_5MoeForCausalLM"), SPARKSERVE_DRAFT_VOCAB="on")
+    check_draft_vocab(config, build_plan(config.plan))  # no PreflightError
 
 
 @pytest.mark.parametrize("version", ["0.24.0", "0.33.0", "0.32.1"])

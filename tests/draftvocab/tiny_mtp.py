@@ -55,7 +55,7 @@ def _per_expert(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def _scaled(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def scaled(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {
         name: tensor * OUTPUT_SCALE if name.endswith(OUTPUT_PROJECTIONS) else tensor
         for name, tensor in _per_expert(state).items()
@@ -63,13 +63,17 @@ def _scaled(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _mtp(hf_config: Qwen3NextConfig) -> dict[str, torch.Tensor]:
-    hidden = hf_config.hidden_size
     last_full = len(hf_config.layer_types) - 1  # a full-attention layer, as vLLM builds it
     layer = Qwen3NextDecoderLayer(hf_config, layer_idx=last_full).state_dict()
-    weights = {f"mtp.layers.0.{name}": t for name, t in _scaled(layer).items()}
+    weights = {f"mtp.layers.0.{name}": t for name, t in scaled(layer).items()}
+    return weights | mtp_head_weights(hf_config.hidden_size)
+
+
+def mtp_head_weights(hidden: int) -> dict[str, torch.Tensor]:
+    """The MTP module's `fc` and norms (Qwen3-Next's and Qwen3.5's are named alike)."""
     fc = torch.zeros(hidden, 2 * hidden)
     fc[:, :hidden] = torch.eye(hidden)  # [embedding of the next token | hidden state]
-    weights["mtp.fc.weight"] = fc
+    weights = {"mtp.fc.weight": fc}
     for norm in ("norm", "pre_fc_norm_hidden", "pre_fc_norm_embedding"):
         weights[f"mtp.{norm}.weight"] = torch.zeros(hidden)  # zero-centred: scale 1
     return weights
@@ -83,7 +87,7 @@ def write(out_dir: Path) -> Path:
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2))
     hf_config = Qwen3NextConfig(**{k: v for k, v in cfg.items() if k != "architectures"})
     model = Qwen3NextForCausalLM(hf_config)
-    state = _scaled(model.state_dict())
+    state = scaled(model.state_dict())
     state["model.embed_tokens.weight"] = torch.randn_like(state["model.embed_tokens.weight"])
     state["lm_head.weight"] = torch.randn_like(state["lm_head.weight"]) * LM_HEAD_STD
     state.update(_mtp(hf_config))
