@@ -176,6 +176,7 @@ class SettingRunner:
                         if v is not None
                     },
                     progress=not self.args.no_progress,
+                    plots=not self.args.no_plots,
                     label=f"{stage.param}={value}",
                 )
                 summary = run_benchmark(opts)
@@ -234,7 +235,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         "workload": args.workload,
     }
     result = run_sweep(args.out, params, identity, SettingRunner(args), args.retry_failed)
-    report = write_sweep_report(result, args.out)
+    report = write_sweep_report(result, args.out, plots=not args.no_plots)
     print(f"sweep report: {report}")
     failed = any(stage["failed"] for stage in result["stages"])
     return 1 if failed else 0

@@ -81,13 +81,17 @@ def render_sweep(result: Mapping[str, Any], plots: Mapping[str, Sequence[str]]) 
     return "\n".join(parts) + "\n"
 
 
-def write_sweep_report(result: Mapping[str, Any], out: Path) -> Path:
-    from bench.plots import plot_sweep  # matplotlib is optional: only when writing plots
+def write_sweep_report(result: Mapping[str, Any], out: Path, plots: bool = True) -> Path:
+    pngs: dict[str, list[str]] = {}
+    if plots:
+        from bench.plots import plot_sweep  # matplotlib is optional: only when writing plots
 
-    plots = {s["param"]: plot_sweep(s["rows"], s["param"], out / "plots") for s in result["stages"]}
+        pngs = {
+            s["param"]: plot_sweep(s["rows"], s["param"], out / "plots") for s in result["stages"]
+        }
     (out / "sweep.json").write_text(
         json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8"
     )
     path = out / "sweep.md"
-    path.write_text(render_sweep(result, plots), encoding="utf-8")
+    path.write_text(render_sweep(result, pngs), encoding="utf-8")
     return path

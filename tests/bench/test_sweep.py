@@ -12,7 +12,7 @@ from bench.graphs import coverage, parse_log
 from bench.launcher import LaunchedServer, LaunchSpec
 from bench.sweep import STAGES, STATE_FILE, choose, ordered, run_sweep
 from bench.sweep_cli import log_flush_wait_s, reported_graph_stats, with_graph_stats
-from bench.sweep_report import render_sweep
+from bench.sweep_report import render_sweep, write_sweep_report
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_launcher.py"))]
 
@@ -228,3 +228,15 @@ def test_sweep_report_sets_each_width_beside_what_vllm_reported():
     assert "Step 2 at mtp=3: 1 table(s) from vLLM, mode FULL_DECODE_ONLY" in text
     assert "| 12 | not captured | fell back | NONE ×2 | – |" in text
     assert "| 4 | captured | FULL | FULL ×3 | 4 |" in text
+
+
+def test_sweep_report_without_plots_needs_no_matplotlib(tmp_path):
+    result = {
+        "identity": {},
+        "stages": [
+            {"param": "mtp", "step": "s", "rows": [{"value": 0}], "chosen": 0, "failed": {}}
+        ],
+    }
+    path = write_sweep_report(result, tmp_path, plots=False)
+    assert "![" not in path.read_text()
+    assert not (tmp_path / "plots").exists()
