@@ -27,7 +27,7 @@ COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("graph_mode", "graph mode", None),
     ("graph_fallback_widths", "(1+K)×S widths falling back", None),
     ("graph_full_widths", "widths vLLM ran FULL", None),
-    ("graph_reported_fallback_widths", "widths vLLM ran without FULL", None),
+    ("graph_reported_fallback_widths", "widths with steps vLLM ran without FULL", None),
 )
 
 
