@@ -50,6 +50,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of every generated prompt")
     p.add_argument("--out", required=True, type=Path, help="run directory to write")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots (no matplotlib needed)")
 
 
 def add_run(sub: Any) -> None:
@@ -116,6 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         server_state=args.server_state,
         max_model_len=args.max_model_len,
         progress=not args.no_progress,
+        plots=not args.no_plots,
     )
     summary = run_benchmark(opts)
     print(f"report: {opts.run_dir.report_path}")

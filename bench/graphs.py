@@ -1,12 +1,19 @@
-"""Step 2 of seed 000: does every uniform decode width (1+K)×S hit a captured graph?"""
+"""Step 2 of seed 000: does every uniform decode width (1+K)×S hit a captured graph?
+
+`coverage` predicts it from the capture sizes and mode vLLM logged at start;
+`graph_hits` sets that prediction beside what vLLM reported it ran
+(bench/graph_stats.py, `--cudagraph-metrics`).
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from bench.graph_stats import GraphStats
 from budget.graphs import seeds_capture_sizes, uncovered_decode_widths
 
 # vLLM logs its config at start: `… compilation_config={…"cudagraph_capture_sizes": [1, 2, …]…}`
@@ -53,3 +60,54 @@ def coverage(
 
 def describe(result: dict[str, Any]) -> str:
     return json.dumps({k: result[k] for k in ("covered", "fallback")}) + f" ({result['note']})"
+
+
+def _verdict(full_steps: int, other_steps: int) -> str:
+    if full_steps and other_steps:
+        return "FULL and fallback"
+    if full_steps:
+        return "FULL"
+    return "fell back" if other_steps else "not seen"
+
+
+def width_hits(width: int, predicted_captured: bool, stats: GraphStats) -> dict[str, Any]:
+    """One width: predicted captured or not, and the steps of that many tokens vLLM ran."""
+    seen = stats.at_width(width)
+    modes: Counter[str] = Counter()
+    for dispatch in seen:
+        modes[dispatch.runtime_mode] += dispatch.steps
+    full = modes["FULL"]
+    other = sum(modes.values()) - full
+    return {
+        "width": width,
+        "predicted": "captured" if predicted_captured else "not captured",
+        "reported": _verdict(full, other),
+        "full_steps": full,
+        "fallback_steps": other,
+        "padded_to": sorted({d.padded_tokens for d in seen if d.runtime_mode == "FULL"}),
+        "modes": dict(sorted(modes.items())),
+    }
+
+
+def graph_hits(
+    predicted: dict[str, Any], stats: GraphStats | None, why_none: str | None = None
+) -> dict[str, Any]:
+    """Each (1+K)×S width of `coverage`'s prediction beside what vLLM reported running.
+
+    A step is counted by its token count only: vLLM's stats do not say whether a step of
+    W tokens was a uniform decode or a mixed batch of the same size.
+    """
+    if stats is None:
+        note = why_none or "vLLM printed no CUDA-graph stats"
+        return {"reported": False, "note": note, "widths": []}
+    covered = set(predicted["covered"])
+    rows = [width_hits(w, w in covered, stats) for w in predicted["widths"]]
+    return {
+        "reported": True,
+        "note": f"{stats.tables} table(s) from vLLM, mode {stats.mode or 'unknown'}, "
+        f"capture sizes {list(stats.capture_sizes)}",
+        "widths": rows,
+        "full": [r["width"] for r in rows if r["reported"] == "FULL"],
+        "fell_back": [r["width"] for r in rows if r["fallback_steps"]],
+        "not_seen": [r["width"] for r in rows if r["reported"] == "not seen"],
+    }

@@ -83,6 +83,7 @@ class RunOptions:
     max_model_len: int | None = None
     progress: bool = True
     label: str | None = None
+    plots: bool = True  # False: no PNGs, and no matplotlib needed (a bare GPU host)
 
     def targets(self) -> tuple[Target, ...]:
         direct = Target("direct", self.url.rstrip("/"), self.api_key)
@@ -220,14 +221,16 @@ async def _run(opts: RunOptions) -> dict[str, Any]:
 
 def run_benchmark(opts: RunOptions) -> dict[str, Any]:
     """Run the workloads, write records/summary/report/plots; return the summary."""
-    from bench.plots import plot_run  # matplotlib is optional: only when writing plots
-
     opts.run_dir.create()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     summary = asyncio.run(_run(opts))
     summary = {"started_at": started_at, **summary}
     opts.run_dir.write_summary(summary)
     records = opts.run_dir.read_records()
-    plots = plot_run(summary, records, opts.run_dir.plots)
+    plots: list[str] = []
+    if opts.plots:
+        from bench.plots import plot_run  # matplotlib is optional: only when writing plots
+
+        plots = plot_run(summary, records, opts.run_dir.plots)
     opts.run_dir.report_path.write_text(render_run(summary, plots), encoding="utf-8")
     return summary

@@ -5,21 +5,32 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bench.conditions import split_args
 from bench.errors import BenchError
-from bench.graphs import coverage, parse_log
+from bench.graph_stats import GraphStats, parse_graph_stats
+from bench.graphs import coverage, graph_hits, parse_log
 from bench.launcher import DEFAULT_LAUNCHER, LaunchedServer, LaunchSpec
 from bench.planinfo import plan_for
 from bench.rundir import RunDir
 from bench.scale import get_scale
 from bench.sweep import STAGES, Stage, metrics_row, run_sweep
 from bench.sweep_report import write_sweep_report
+from budget.vllm_rules import CUDAGRAPH_METRICS_FIRST, has_cudagraph_metrics_flag
+from entrypoint.vllm_version import installed_vllm_version, planned_version
 
 ERROR_CHARS = 2000
+GRAPH_STATS_FLAG = "--cudagraph-metrics"
+EXTRA_ARGS_ENV = "SPARKSERVE_VLLM_EXTRA_ARGS"
+GRAPH_STATS_STAGE = "mtp"  # step 2 (graph coverage) runs with step 1's settings
+# vllm/envs.py VLLM_LOG_STATS_INTERVAL: vLLM prints its stats every 10 s by default; the
+# last busy interval is printed at the next tick, so the harness waits one more.
+DEFAULT_LOG_STATS_INTERVAL_S = 10.0
+LOG_FLUSH_MARGIN_S = 2.0
 
 
 def _values(text: str) -> list[int]:
@@ -87,6 +98,43 @@ def setting_env(
     return env
 
 
+def with_graph_stats(
+    stage: Stage, env: Mapping[str, str], installed: tuple[str, str] | None
+) -> tuple[dict[str, str], str | None]:
+    """Step 2's launch env with vLLM's `--cudagraph-metrics` added, and None; or the env
+    unchanged and why the flag is not passed (another stage, or a vLLM without it).
+
+    The version is the one the entrypoint plans for: SPARKSERVE_VLLM_VERSION, else the
+    vLLM installed here (entrypoint/vllm_version.py)."""
+    if stage.param != GRAPH_STATS_STAGE:
+        return dict(env), f"not asked for in stage {stage.param}"
+    version = planned_version(env.get("SPARKSERVE_VLLM_VERSION"), installed).version
+    if version is None:
+        return dict(env), f"vLLM version unknown here: {GRAPH_STATS_FLAG} not passed"
+    first = ".".join(str(part) for part in CUDAGRAPH_METRICS_FIRST)
+    if not has_cudagraph_metrics_flag(version):
+        return dict(env), f"vLLM {version} is older than {first}: {GRAPH_STATS_FLAG} not passed"
+    extra = split_args(env.get(EXTRA_ARGS_ENV))
+    if GRAPH_STATS_FLAG not in extra:
+        extra.append(GRAPH_STATS_FLAG)
+    return {**env, EXTRA_ARGS_ENV: shlex.join(extra)}, None
+
+
+def log_flush_wait_s(env: Mapping[str, str]) -> float:
+    interval = env.get("VLLM_LOG_STATS_INTERVAL", "").strip()
+    return (float(interval) if interval else DEFAULT_LOG_STATS_INTERVAL_S) + LOG_FLUSH_MARGIN_S
+
+
+def reported_graph_stats(text: str, why_not: str | None) -> tuple[GraphStats | None, str | None]:
+    """vLLM's stats in the log written during the run, or None and why there are none."""
+    if why_not is not None:
+        return None, why_not
+    stats = parse_graph_stats(text)
+    if stats is None:
+        return None, f"{GRAPH_STATS_FLAG} was passed but vLLM printed no CUDA-graph stats"
+    return stats, None
+
+
 class SettingRunner:
     """Runs one setting: launch, bench, stop; returns the state entry."""
 
@@ -101,12 +149,15 @@ class SettingRunner:
         from bench.cli import parse_workloads
         from bench.runner import RunOptions, run_benchmark
 
-        env = setting_env(self.base, stage, value, fixed)
+        env, no_stats = with_graph_stats(
+            stage, setting_env(self.base, stage, value, fixed), installed_vllm_version()
+        )
         plan, plan_error = plan_for({**os.environ, **env})
         spec = LaunchSpec(self.command, env, out / "server.log", self.args.ready_timeout)
         try:
             with LaunchedServer(spec):
-                logged = parse_log(spec.log_path.read_text(errors="replace"))
+                start_log = spec.log_path.read_text(errors="replace")
+                logged = parse_log(start_log)
                 extra = split_args(env.get("SPARKSERVE_VLLM_EXTRA_ARGS"))
                 opts = RunOptions(
                     url=spec.url,
@@ -125,22 +176,34 @@ class SettingRunner:
                         if v is not None
                     },
                     progress=not self.args.no_progress,
+                    plots=not self.args.no_plots,
                     label=f"{stage.param}={value}",
                 )
                 summary = run_benchmark(opts)
+                if no_stats is None:
+                    time.sleep(log_flush_wait_s({**os.environ, **env}))
+                run_log = spec.log_path.read_text(errors="replace")[len(start_log) :]
         except BenchError as exc:  # launch failed, or the server broke during the run
             return {"status": "failed", "error": str(exc)[:ERROR_CHARS], "plan_error": plan_error}
-        return {"status": "ok", "row": self._row(value, summary, logged), "run_dir": str(out)}
+        step2 = stage.param == GRAPH_STATS_STAGE
+        reported = reported_graph_stats(run_log, no_stats) if step2 else None
+        row = self._row(value, summary, logged, reported)
+        return {"status": "ok", "row": row, "run_dir": str(out)}
 
     @staticmethod
-    def _row(value: int, summary: Mapping[str, Any], logged: Mapping[str, Any]) -> dict[str, Any]:
+    def _row(
+        value: int,
+        summary: Mapping[str, Any],
+        logged: Mapping[str, Any],
+        reported: tuple[GraphStats | None, str | None] | None,
+    ) -> dict[str, Any]:
         conds = summary["conditions"]
         graph_mode = logged["graph_mode"] or conds.get("graph_mode")
         sizes = logged["capture_sizes"] or conds.get("capture_sizes")
         graphs = coverage(
             int(conds.get("mtp_k") or 0), int(conds.get("max_num_seqs") or 1), graph_mode, sizes
         )
-        return {
+        row = {
             **metrics_row(value, summary),
             "plan_kv_tokens": conds.get("plan_kv_tokens"),
             "vllm_kv_tokens": logged["kv_cache_tokens"],
@@ -148,6 +211,12 @@ class SettingRunner:
             "graph_fallback_widths": graphs["fallback"],
             "graph_note": graphs["note"],
         }
+        if reported is not None:
+            hits = graph_hits(graphs, *reported)
+            row["graph_hits"] = hits
+            row["graph_full_widths"] = hits.get("full")
+            row["graph_reported_fallback_widths"] = hits.get("fell_back")
+        return row
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -166,7 +235,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         "workload": args.workload,
     }
     result = run_sweep(args.out, params, identity, SettingRunner(args), args.retry_failed)
-    report = write_sweep_report(result, args.out)
+    report = write_sweep_report(result, args.out, plots=not args.no_plots)
     print(f"sweep report: {report}")
     failed = any(stage["failed"] for stage in result["stages"])
     return 1 if failed else 0

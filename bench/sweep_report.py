@@ -26,6 +26,8 @@ COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("vllm_kv_tokens", "vLLM KV tokens", 0),
     ("graph_mode", "graph mode", None),
     ("graph_fallback_widths", "(1+K)×S widths falling back", None),
+    ("graph_full_widths", "widths vLLM ran FULL", None),
+    ("graph_reported_fallback_widths", "widths with steps vLLM ran without FULL", None),
 )
 
 
@@ -38,6 +40,30 @@ def stage_table(param: str, rows: Sequence[Mapping[str, Any]]) -> str:
     return table((param, *(title for _, title, _ in used)), body)
 
 
+def graph_hits_section(param: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Step 2 per setting: each (1+K)×S width, predicted against what vLLM reported."""
+    parts: list[str] = []
+    for row in rows:
+        hits = row.get("graph_hits")
+        if hits is None:
+            continue
+        parts += ["", f"Step 2 at {param}={row['value']}: {hits['note']}"]
+        if hits["widths"]:
+            body = [
+                [
+                    str(w["width"]),
+                    w["predicted"],
+                    w["reported"],
+                    ", ".join(f"{m} ×{n}" for m, n in w["modes"].items()) or "–",
+                    value(w["padded_to"]),
+                ]
+                for w in hits["widths"]
+            ]
+            headers = ("width", "predicted", "vLLM reported", "steps by mode", "FULL padded to")
+            parts += ["", table(headers, body)]
+    return parts
+
+
 def render_sweep(result: Mapping[str, Any], plots: Mapping[str, Sequence[str]]) -> str:
     parts = ["# Sweep (seed 000 tuning order)", "", f"Settings: `{json.dumps(result['identity'])}`"]
     for stage in result["stages"]:
@@ -45,6 +71,7 @@ def render_sweep(result: Mapping[str, Any], plots: Mapping[str, Sequence[str]]) 
         parts.append(
             stage_table(stage["param"], stage["rows"]) if stage["rows"] else "No setting ran."
         )
+        parts += graph_hits_section(stage["param"], stage["rows"])
         if stage["chosen"] is not None:
             parts += ["", f"Chosen for later stages: **{stage['param']}={stage['chosen']}**"]
         for key, error in stage["failed"].items():
@@ -54,13 +81,17 @@ def render_sweep(result: Mapping[str, Any], plots: Mapping[str, Sequence[str]]) 
     return "\n".join(parts) + "\n"
 
 
-def write_sweep_report(result: Mapping[str, Any], out: Path) -> Path:
-    from bench.plots import plot_sweep  # matplotlib is optional: only when writing plots
+def write_sweep_report(result: Mapping[str, Any], out: Path, plots: bool = True) -> Path:
+    pngs: dict[str, list[str]] = {}
+    if plots:
+        from bench.plots import plot_sweep  # matplotlib is optional: only when writing plots
 
-    plots = {s["param"]: plot_sweep(s["rows"], s["param"], out / "plots") for s in result["stages"]}
+        pngs = {
+            s["param"]: plot_sweep(s["rows"], s["param"], out / "plots") for s in result["stages"]
+        }
     (out / "sweep.json").write_text(
         json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8"
     )
     path = out / "sweep.md"
-    path.write_text(render_sweep(result, plots), encoding="utf-8")
+    path.write_text(render_sweep(result, pngs), encoding="utf-8")
     return path

@@ -141,6 +141,20 @@ def choose_rules(raw: str | None) -> RuleChoice:
     )
 
 
+# config/observability.py `cudagraph_metrics` (`--cudagraph-metrics`, vLLM PR #29825):
+# documented from the 0.14.0 release on (docs.vllm.ai, compilation/cuda_graph), absent in
+# 0.12.0's; 0.13 was not checked, so it is not given the flag.  Read in 0.24.0 and 0.32.0.
+CUDAGRAPH_METRICS_FIRST = (0, 14, 0)
+
+
+def has_cudagraph_metrics_flag(raw: str) -> bool:
+    """Whether vLLM `raw` takes `--cudagraph-metrics` (a source build without tags: yes)."""
+    version = parse_vllm_version(raw)
+    if version.is_devrelease and _release(version)[:2] == UNTAGGED_SOURCE_BUILD:
+        return True
+    return _reaches(version, CUDAGRAPH_METRICS_FIRST)
+
+
 # layers/mamba/gdn/qwen_gdn_linear_attn.py `_resolve_gdn_prefill_backend` (0.33, 0.34):
 # FlashInfer on SM 9.0, and on SM 10.x / 12.x when linear_key_head_dim is 128 and the CUDA
 # runtime is 13 (vLLM's default build since 0.20; assumed).

