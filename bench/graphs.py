@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.graph_stats import GraphStats
-from budget.graphs import seeds_capture_sizes, uncovered_decode_widths
+from budget.graphs import decode_dispatch, seeds_capture_sizes
 
 # vLLM logs its config at start: `… compilation_config={…"cudagraph_capture_sizes": [1, 2, …]…}`
 _SIZES_RE = re.compile(r"""['"]cudagraph_capture_sizes['"]\s*:\s*\[([\d,\s]*)\]""")
@@ -39,27 +39,38 @@ def parse_log(text: str) -> dict[str, Any]:
 def coverage(
     mtp_k: int, max_num_seqs: int, graph_mode: str | None, capture_sizes: Sequence[int] | None
 ) -> dict[str, Any]:
-    """Which (1+K)×S widths replay a full graph and which fall back to eager."""
+    """Which (1+K)×S widths replay a full graph of their own size, which replay a larger
+    one padded, and which run without a full graph (budget/graphs.py `decode_dispatch`)."""
     widths = list(seeds_capture_sizes(mtp_k, max_num_seqs))
     full = graph_mode in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-    if not full or not capture_sizes:
+    if not full or not capture_sizes or graph_mode is None:
         reason = (
             f"graph mode {graph_mode or 'unknown'}: no full graphs"
             if not full
             else ("no capture sizes known")
         )
-        return {"widths": widths, "covered": [], "fallback": widths, "note": reason}
-    missing = uncovered_decode_widths(tuple(capture_sizes), mtp_k, max_num_seqs)
+        return {"widths": widths, "covered": [], "padded": {}, "fallback": widths, "note": reason}
+    dispatch = decode_dispatch(graph_mode, tuple(capture_sizes), mtp_k, max_num_seqs)
+    exact = [d.width for d in dispatch if d.mode == "FULL" and d.padded_to == d.width]
+    padded = {d.width: d.padded_to for d in dispatch if d.mode == "FULL" and d.padded_to != d.width}
+    fallback = [d.width for d in dispatch if d.mode != "FULL"]
+    notes = []
+    if padded:
+        notes.append("widths padded up to a larger captured size")
+    if fallback:
+        notes.append("widths above every full decode graph")
     return {
         "widths": widths,
-        "covered": [w for w in widths if w not in missing],
-        "fallback": missing,
-        "note": "all widths captured" if not missing else "widths without an equal capture size",
+        "covered": exact,
+        "padded": padded,
+        "fallback": fallback,
+        "note": "; ".join(notes) or "every width has a captured size of its own",
     }
 
 
 def describe(result: dict[str, Any]) -> str:
-    return json.dumps({k: result[k] for k in ("covered", "fallback")}) + f" ({result['note']})"
+    shown = {k: result[k] for k in ("covered", "padded", "fallback")}
+    return json.dumps(shown) + f" ({result['note']})"
 
 
 def _verdict(full_steps: int, other_steps: int) -> str:
@@ -70,8 +81,8 @@ def _verdict(full_steps: int, other_steps: int) -> str:
     return "fell back" if other_steps else "not seen"
 
 
-def width_hits(width: int, predicted_captured: bool, stats: GraphStats) -> dict[str, Any]:
-    """One width: predicted captured or not, and the steps of that many tokens vLLM ran."""
+def width_hits(width: int, predicted: str, stats: GraphStats) -> dict[str, Any]:
+    """One width: the prediction, and the steps of that many tokens vLLM ran."""
     seen = stats.at_width(width)
     modes: Counter[str] = Counter()
     for dispatch in seen:
@@ -80,7 +91,7 @@ def width_hits(width: int, predicted_captured: bool, stats: GraphStats) -> dict[
     other = sum(modes.values()) - full
     return {
         "width": width,
-        "predicted": "captured" if predicted_captured else "not captured",
+        "predicted": predicted,
         "reported": _verdict(full, other),
         "full_steps": full,
         "fallback_steps": other,
@@ -100,8 +111,7 @@ def graph_hits(
     if stats is None:
         note = why_none or "vLLM printed no CUDA-graph stats"
         return {"reported": False, "note": note, "widths": []}
-    covered = set(predicted["covered"])
-    rows = [width_hits(w, w in covered, stats) for w in predicted["widths"]]
+    rows = [width_hits(w, _predicted(predicted, w), stats) for w in predicted["widths"]]
     return {
         "reported": True,
         "note": f"{stats.tables} table(s) from vLLM, mode {stats.mode or 'unknown'}, "
@@ -111,3 +121,11 @@ def graph_hits(
         "fell_back": [r["width"] for r in rows if r["fallback_steps"]],
         "not_seen": [r["width"] for r in rows if r["reported"] == "not seen"],
     }
+
+
+def _predicted(coverage_result: dict[str, Any], width: int) -> str:
+    if width in coverage_result["covered"]:
+        return "FULL"
+    if width in coverage_result.get("padded", {}):
+        return f"FULL, padded to {coverage_result['padded'][width]}"
+    return "no full graph"

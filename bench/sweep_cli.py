@@ -209,6 +209,7 @@ class SettingRunner:
             "vllm_kv_tokens": logged["kv_cache_tokens"],
             "graph_mode": graph_mode,
             "graph_fallback_widths": graphs["fallback"],
+            "graph_padded_widths": [f"{w}→{p}" for w, p in graphs["padded"].items()],
             "graph_note": graphs["note"],
         }
         if reported is not None:

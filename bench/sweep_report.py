@@ -25,7 +25,8 @@ COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("plan_kv_tokens", "plan KV tokens", 0),
     ("vllm_kv_tokens", "vLLM KV tokens", 0),
     ("graph_mode", "graph mode", None),
-    ("graph_fallback_widths", "(1+K)×S widths falling back", None),
+    ("graph_fallback_widths", "(1+K)×S widths without a full graph", None),
+    ("graph_padded_widths", "(1+K)×S widths padded to a larger graph", None),
     ("graph_full_widths", "widths vLLM ran FULL", None),
     ("graph_reported_fallback_widths", "widths with steps vLLM ran without FULL", None),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from budget.graphs import uncovered_decode_widths
+from budget.graphs import decode_dispatch
 from budget.plan import Plan, min_kv_bytes, plan_for
 from budget.profiles import GiB, ModelProfile, hardware_names, load_hardware
 from budget.settings import Settings
@@ -175,9 +175,19 @@ def warnings_for(plan: Plan) -> list[str]:
     s = plan.settings
     out: list[str] = [s.vllm.warning] if s.vllm.warning else []
     if s.device == "cuda" and s.cudagraph_mode.startswith("FULL") and s.mtp:
-        missing = uncovered_decode_widths(s.capture_sizes, s.mtp, s.max_num_seqs)
-        if missing:
-            out.append(f"decode widths {missing} have no captured full graph (they run eagerly)")
+        widths = decode_dispatch(s.cudagraph_mode, s.capture_sizes, s.mtp, s.max_num_seqs)
+        if missing := [f"{d.width} ({d.mode})" for d in widths if d.mode != "FULL"]:
+            out.append(
+                f"decode widths {', '.join(missing)} have no full graph: they are larger "
+                "than every captured size a full decode graph has"
+            )
+        padded = [d for d in widths if d.mode == "FULL" and d.padded_to != d.width]
+        if padded:
+            out.append(
+                f"decode widths {', '.join(f'{d.width}→{d.padded_to}' for d in padded)} replay "
+                "the next captured graph, padded: "
+                "each such step computes the padding tokens too (capture (K+1)×S exactly)"
+            )
     if plan.layout.padding_layers:
         out.append(
             f"{plan.layout.padding_layers} padding layer(s) in the KV groups waste "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from budget.errors import BudgetError
 
 MiB = 1024**2
@@ -56,12 +58,50 @@ def vllm_default_capture_sizes(
     return tuple(sorted(set(sizes)))
 
 
-def uncovered_decode_widths(
-    capture_sizes: tuple[int, ...], mtp_k: int, max_num_seqs: int
-) -> list[int]:
-    """Uniform decode widths (K+1)×S that no captured size equals (they fall back)."""
-    captured = set(capture_sizes)
-    return [w for w in seeds_capture_sizes(mtp_k, max_num_seqs) if w not in captured]
+def spec_decode_capture_sizes(capture_sizes: tuple[int, ...], mtp_k: int) -> tuple[int, ...]:
+    """The sizes vLLM captures when speculating: each rounded up to a multiple of K+1,
+    those past the largest given size dropped (config/compilation.py
+    `adjust_cudagraph_sizes_for_spec_decode`, 0.24 and 0.32)."""
+    query_len = mtp_k + 1
+    if not capture_sizes or query_len <= 1:
+        return capture_sizes
+    largest = max(capture_sizes)
+    rounded = sorted({-(-s // query_len) * query_len for s in capture_sizes})
+    kept = tuple(s for s in rounded if s <= largest)
+    return kept or ((query_len,) if query_len <= largest else ())
+
+
+@dataclass(frozen=True)
+class WidthDispatch:
+    """How vLLM runs a uniform decode step of `width` = (K+1)×S tokens."""
+
+    width: int
+    mode: str  # FULL, PIECEWISE or NONE (eager)
+    padded_to: int  # the captured size it replays (= width when one equals it, or eager)
+
+
+def decode_dispatch(
+    graph_mode: str, capture_sizes: tuple[int, ...], mtp_k: int, max_num_seqs: int
+) -> list[WidthDispatch]:
+    """Each uniform decode width as vLLM 0.24-0.32's dispatcher runs it
+    (v1/cudagraph_dispatcher.py `dispatch`): a width above the largest captured size runs
+    eagerly; any other is padded up to the next captured size and replays that size's
+    graph. A FULL decode graph exists for the sizes from K+1 to (K+1)×max_num_seqs
+    (`initialize_cudagraph_keys`); a padded size past that gets FULL_AND_PIECEWISE's
+    piecewise graph, or none with FULL_DECODE_ONLY; FULL captures every size alike."""
+    sizes = spec_decode_capture_sizes(capture_sizes, mtp_k)
+    query_len = mtp_k + 1
+    out = []
+    for width in seeds_capture_sizes(mtp_k, max_num_seqs):
+        padded = next((s for s in sizes if s >= width), None)
+        if graph_mode in ("NONE", "PIECEWISE") or padded is None:
+            mode = "PIECEWISE" if graph_mode == "PIECEWISE" and padded else "NONE"
+        elif graph_mode == "FULL" or padded <= query_len * max_num_seqs:
+            mode = "FULL"
+        else:
+            mode = "PIECEWISE" if graph_mode == "FULL_AND_PIECEWISE" else "NONE"
+        out.append(WidthDispatch(width, mode, padded if padded and mode != "NONE" else width))
+    return out
 
 
 def check_capture_sizes(sizes: tuple[int, ...]) -> tuple[int, ...]:

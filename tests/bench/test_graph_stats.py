@@ -62,7 +62,7 @@ def test_on_cpu_every_width_vllm_ran_fell_back_as_predicted():
     by_width = {w["width"]: w for w in hits["widths"]}
     assert by_width[4] == {
         "width": 4,
-        "predicted": "not captured",
+        "predicted": "no full graph",
         "reported": "fell back",
         "full_steps": 0,
         "fallback_steps": 22,
@@ -101,14 +101,14 @@ def test_join_on_a_capture_list_that_leaves_a_width_uncovered(vllm_formatted_tab
     stats = parse_graph_stats(vllm_formatted_table)
     assert stats is not None and stats.capture_sizes == (4, 8, 16)
     predicted = coverage(3, 4, "FULL_DECODE_ONLY", stats.capture_sizes)
-    assert predicted["fallback"] == [12]
+    assert predicted["padded"] == {12: 16} and predicted["fallback"] == []
     hits = graph_hits(predicted, stats)
     rows = {w["width"]: (w["predicted"], w["reported"], w["padded_to"]) for w in hits["widths"]}
     assert rows == {
-        4: ("captured", "FULL", [4]),
-        8: ("captured", "FULL", [8]),
-        12: ("not captured", "FULL and fallback", [16]),
-        16: ("captured", "not seen", []),
+        4: ("FULL", "FULL", [4]),
+        8: ("FULL", "FULL", [8]),
+        12: ("FULL, padded to 16", "FULL and fallback", [16]),
+        16: ("FULL", "not seen", []),
     }
     assert (hits["full"], hits["fell_back"], hits["not_seen"]) == ([4, 8], [12], [16])
 

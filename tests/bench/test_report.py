@@ -75,7 +75,7 @@ def test_sweep_report_lists_stages_in_order_with_choice_and_failures(tmp_path):
     }
     plots = {"mtp": plot_sweep(rows, "mtp", tmp_path)}
     text = render_sweep(result, plots)
-    assert "| mtp | output tok/s | TTFT p50 ms | (1+K)×S widths falling back |" in text
+    assert "| mtp | output tok/s | TTFT p50 ms | (1+K)×S widths without a full graph |" in text
     assert "| 1 | 12.0 | 6.0 | – |" in text
     assert "Chosen for later stages: **mtp=1**" in text
     assert "`mtp=2` failed: launcher exited 3 before ready" in text

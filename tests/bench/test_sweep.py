@@ -155,7 +155,9 @@ def test_graph_coverage_from_vllm_log_and_plan():
         "kv_cache_tokens": 524288,
     }
     cov = coverage(3, 4, parsed["graph_mode"], parsed["capture_sizes"])
-    assert cov["covered"] == [4, 8, 16] and cov["fallback"] == [12]
+    assert cov["covered"] == [4, 8, 16] and cov["padded"] == {12: 16} and cov["fallback"] == []
+    above = coverage(3, 4, "FULL_DECODE_ONLY", [4, 8])
+    assert above["fallback"] == [12, 16] and "above every full decode graph" in above["note"]
     eager = coverage(0, 2, "NONE", None)
     assert eager["fallback"] == [1, 2] and "no full graphs" in eager["note"]
 

@@ -136,8 +136,14 @@ def test_model_dir_uses_vllm_defaults(tmp_path) -> None:  # type: ignore[no-unty
 
 
 def test_undercovered_decode_widths_warn() -> None:
+    # The default profile: MTP 3, 4 sequences, FULL_DECODE_ONLY.
     plan = build_plan(PlanOptions(cudagraph_capture_sizes=(4, 8)))
-    assert any("[12, 16]" in w for w in plan.warnings)
+    assert any("widths 12 (NONE), 16 (NONE) have no full graph" in w for w in plan.warnings)
+    plan = build_plan(PlanOptions(cudagraph_capture_sizes=(4, 8, 16)))
+    assert any("widths 12→16 replay the next captured graph, padded" in w for w in plan.warnings)
+    assert not any("no full graph" in w for w in plan.warnings)
+    plan = build_plan(PlanOptions(cudagraph_capture_sizes=(4, 8, 12, 16)))
+    assert not any("decode widths" in w for w in plan.warnings)
 
 
 CPUINFO = "processor\t: {n}\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 {extra}\n\n"

@@ -15,7 +15,7 @@
 # uncovered: the same with 4,8,16 (UNCOVERED_SIZES to change it): width 12 has no equal
 #            size; vLLM 0.24's dispatcher (v1/cudagraph_dispatcher.py) pads a step to the
 #            next captured size, so the run shows whether 12 replayed the 16 graph or ran
-#            eager — the prediction (budget/graphs.py) says it falls back.
+#            eager — the prediction (budget/graphs.py decode_dispatch) says it replays 16.
 # Each call leaves under $OUT/TAG/: sweep.md (step 2's per-width table), sweep.json,
 # sweep_state.json and mtp=3/ (server.log: the entrypoint's whole output, vLLM's
 # stats tables in it; the run's records, summary and report).  The hybrid model is
