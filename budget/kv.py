@@ -9,7 +9,7 @@ The formulas, with their sources, are in docs/kv-arithmetic.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from budget.errors import BudgetError
 from budget.kv_blocks import (
@@ -22,6 +22,7 @@ from budget.kv_blocks import (
     padding_log_lines,
     start_block_size,
 )
+from budget.kv_drafter import DraftKV, attention_buckets, check_draft_groups
 from budget.kv_mamba import (
     GDNState,
     align_hybrid_block_size,
@@ -146,6 +147,11 @@ class KVLayout:
     conv_state_shape: tuple[int, ...] = field(default=())
     ssm_state_shape: tuple[int, ...] = field(default=())
     kv_tokens_per_group: bool = False  # vLLM 0.20.0 logs num_blocks // groups * block tokens
+    # Beside a hybrid, a drafter of its own KV spec (budget/kv_drafter.py): the target's
+    # attention block after page unification (0 = block_size) and the drafter's groups.
+    target_block_size: int = 0
+    num_draft_groups: int = 0
+    draft_block_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,6 +193,15 @@ def _draft_per_token(model: KVModel, settings: KVSettings, per_token: int) -> in
     return _per_token_bytes(heads, head_dim, settings, model.model_dtype_bytes)
 
 
+def _draft_same_spec(model: KVModel, settings: KVSettings) -> bool:
+    """The drafter's layers have the target's KV spec (heads, head size): vLLM puts them
+    in the target's bucket; otherwise they are a spec and a bucket of their own."""
+    heads = model.draft_num_kv_heads or model.num_kv_heads
+    head_dim = model.draft_head_dim or model.head_dim
+    same_heads = max(1, heads // settings.tp) == max(1, model.num_kv_heads // settings.tp)
+    return same_heads and head_dim == model.head_dim == model.head_dim_v
+
+
 def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
     """The KV pool layout vLLM builds for this model and these settings."""
     kv_heads = max(1, model.num_kv_heads // settings.tp)
@@ -219,14 +234,8 @@ def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
             attention_layers=attention_layers,
             kv_tokens_per_group=settings.rules.kv_tokens_per_group,
         )
-    _require(
-        draft_layers == 0 or draft_per_token == per_token,
-        f"the drafter's KV is {draft_per_token} B/token per layer, the hybrid target's "
-        f"attention {per_token}: vLLM must re-page the drafter beside the GDN state "
-        "(kv_cache_utils.unify_kv_cache_spec_page_size), which the planner does not "
-        "model; use a drafter with the target's KV heads and head size",
-    )
-    return _hybrid_layout(model, settings, kv_heads, per_token, attention_layers)
+    draft = DraftKV(draft_layers, draft_per_token, _draft_same_spec(model, settings))
+    return _hybrid_layout(model, settings, kv_heads, per_token, draft)
 
 
 def _model_gdn_state(model: KVModel, settings: KVSettings) -> GDNState:
@@ -246,7 +255,7 @@ def _model_gdn_state(model: KVModel, settings: KVSettings) -> GDNState:
 
 
 def _hybrid_layout(
-    model: KVModel, settings: KVSettings, kv_heads: int, per_token: int, attention_layers: int
+    model: KVModel, settings: KVSettings, kv_heads: int, per_token: int, draft: DraftKV
 ) -> KVLayout:
     """Qwen3-Next style: full-attention layers + GDN layers sharing one page size."""
     align = settings.prefix_caching  # MambaModelConfig: prefix caching => "align"
@@ -264,33 +273,41 @@ def _hybrid_layout(
         mamba_page_bytes=state.page_bytes,
         flashinfer_checkpoint=checkpoint,
     )
-    buckets = (attention_layers, model.num_gdn_layers)
+    attention = attention_buckets(
+        model.num_attention_layers, per_token, draft, hybrid.block_size, settings.rules.first
+    )
+    buckets = (*attention.layers, model.num_gdn_layers)
     group_size, groups, padding = group_layers(buckets)
+    check_draft_groups(draft, attention.layers, groups, group_size)
     mamba_blocks = mamba_blocks_per_request(
         align_mode=align, num_spec_tokens=settings.mtp_k, checkpoint=checkpoint
     )
-    return KVLayout(
+    split = len(attention.layers) == 2
+    layout = KVLayout(
         block_size=hybrid.block_size,
         attention_page_bytes=hybrid.page_bytes,
         mamba_page_bytes=state.page_bytes,
-        page_bytes=hybrid.page_bytes,  # the padded mamba page equals the attention page
+        page_bytes=attention.page_bytes,  # every page, the padded mamba page too
         num_groups=sum(groups),
         group_size=group_size,
         padding_layers=padding,
-        bytes_per_block=largest_group_layers(buckets, groups) * hybrid.page_bytes,
-        blocks_per_request=groups[0] * _cdiv(settings.max_model_len, hybrid.block_size)
-        + groups[1] * mamba_blocks,
+        bytes_per_block=largest_group_layers(buckets, groups) * attention.page_bytes,
+        blocks_per_request=0,
         log_lines=hybrid.log_lines + padding_log_lines(buckets, group_size),
         num_attention_groups=groups[0],
-        num_mamba_groups=groups[1],
+        num_mamba_groups=groups[-1],
         mamba_blocks_per_group=mamba_blocks,
         mamba_cache_mode="align" if align else "none",
         kv_heads_per_rank=kv_heads,
-        attention_layers=attention_layers,
+        attention_layers=model.num_attention_layers + draft.layers,
         conv_state_shape=state.conv_shape,
         ssm_state_shape=state.ssm_shape,
         kv_tokens_per_group=settings.rules.kv_tokens_per_group,
+        target_block_size=attention.block_sizes[0],
+        num_draft_groups=groups[1] if split else 0,
+        draft_block_size=attention.block_sizes[-1] if split else 0,
     )
+    return replace(layout, blocks_per_request=blocks_per_request(layout, settings.max_model_len))
 
 
 def blocks_per_request(layout: KVLayout, max_model_len: int) -> int:
@@ -300,7 +317,11 @@ def blocks_per_request(layout: KVLayout, max_model_len: int) -> int:
     mamba: `mamba_blocks_per_group` per group, independent of L.
     """
     _require(max_model_len >= 1, f"max_model_len={max_model_len}; must be ≥ 1")
-    attention = layout.num_attention_groups * _cdiv(max_model_len, layout.block_size)
+    attention = layout.num_attention_groups * _cdiv(
+        max_model_len, layout.target_block_size or layout.block_size
+    )
+    if layout.num_draft_groups:
+        attention += layout.num_draft_groups * _cdiv(max_model_len, layout.draft_block_size)
     return attention + layout.num_mamba_groups * layout.mamba_blocks_per_group
 
 
