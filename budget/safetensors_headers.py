@@ -44,6 +44,7 @@ class TensorHeader:
     dtype: str  # safetensors spelling: BF16, F8_E4M3, I32, U8, …
     shape: tuple[int, ...]
     data_bytes: int  # data_offsets end − begin: the bytes it occupies in the file
+    start: int = 0  # the file offset of its first data byte (header included)
 
     @property
     def numel(self) -> int:
@@ -95,7 +96,9 @@ def _read_header_json(path: Path) -> tuple[dict[str, Any], int, int]:
     return header, HEADER_LENGTH_BYTES + length, size
 
 
-def _tensor(path: Path, name: str, entry: Any, data_bytes_in_file: int) -> TensorHeader:
+def _tensor(
+    path: Path, name: str, entry: Any, data_start: int, data_bytes_in_file: int
+) -> TensorHeader:
     if not isinstance(entry, dict):
         raise _fail(path, f"tensor {name!r} has no dtype/shape/data_offsets object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
@@ -117,7 +120,9 @@ def _tensor(path: Path, name: str, entry: Any, data_bytes_in_file: int) -> Tenso
             f"tensor {name!r} ends at data byte {offsets[1]}, past the file's "
             f"{data_bytes_in_file} data bytes: truncated",
         )
-    tensor = TensorHeader(name, dtype, tuple(shape), offsets[1] - offsets[0])
+    tensor = TensorHeader(
+        name, dtype, tuple(shape), offsets[1] - offsets[0], data_start + offsets[0]
+    )
     element = DTYPE_ELEMENT_BYTES.get(dtype)
     if element is not None and tensor.data_bytes != int(tensor.numel * element):
         raise _fail(
@@ -132,7 +137,7 @@ def read_file_headers(path: Path) -> tuple[tuple[TensorHeader, ...], int]:
     """The tensors of one safetensors file and the file's size on disk."""
     header, data_start, size = _read_header_json(path)
     tensors = tuple(
-        _tensor(path, name, entry, size - data_start)
+        _tensor(path, name, entry, data_start, size - data_start)
         for name, entry in header.items()
         if name != METADATA_KEY
     )

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from budget.safetensors_headers import TensorHeader
 from draftvocab import safetensors_file
 from draftvocab.errors import DraftVocabError
-from draftvocab.safetensors_file import TensorInfo
 
 INDEX = "model.safetensors.index.json"
 SHARD = "draft-vocab.safetensors"
@@ -33,7 +33,7 @@ class Source:
     config: dict[str, Any]
     weight_map: dict[str, str]  # tensor name → shard file name
     lm_head_name: str
-    lm_head: TensorInfo
+    lm_head: TensorHeader
 
     @property
     def vocab_size(self) -> int:

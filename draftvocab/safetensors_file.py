@@ -12,68 +12,41 @@ import json
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from budget.errors import BudgetError
+from budget.safetensors_headers import (
+    DTYPE_ELEMENT_BYTES,
+    HEADER_LENGTH_BYTES,
+    TensorHeader,
+    read_file_headers,
+)
 from draftvocab.errors import DraftVocabError
 
-HEADER_LENGTH_BYTES = 8
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors refuses larger headers
-# safetensors dtype name → bytes per element (the specification's list).
-DTYPE_BYTES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
-    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4,
-    "I64": 8, "U64": 8, "F64": 8,
-}  # fmt: skip
 
-
-@dataclass(frozen=True)
-class TensorInfo:
-    dtype: str
-    shape: tuple[int, ...]
-    start: int  # absolute file offset of its first byte
-    end: int
-
-    @property
-    def row_bytes(self) -> int:
-        return math.prod(self.shape[1:]) * DTYPE_BYTES[self.dtype]
-
-
-def read_header(path: Path) -> dict[str, TensorInfo]:
-    """Every tensor of `path` (not the `__metadata__` entry)."""
+def read_header(path: Path) -> dict[str, TensorHeader]:
+    """Every tensor of `path` (not the `__metadata__` entry), checked as the planner
+    checks a checkpoint (budget/safetensors_headers.py)."""
     try:
-        with path.open("rb") as handle:
-            raw_length = handle.read(HEADER_LENGTH_BYTES)
-            if len(raw_length) != HEADER_LENGTH_BYTES:
-                raise DraftVocabError(f"{path}: not a safetensors file (shorter than 8 bytes)")
-            (length,) = struct.unpack("<Q", raw_length)
-            if length > MAX_HEADER_BYTES:
-                raise DraftVocabError(f"{path}: header of {length} bytes; not safetensors")
-            header = json.loads(handle.read(length))
-        size = path.stat().st_size
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DraftVocabError(f"{path}: cannot read its safetensors header ({exc})") from None
-    base = HEADER_LENGTH_BYTES + length
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, finish = entry["data_offsets"]
-        info = TensorInfo(entry["dtype"], tuple(entry["shape"]), base + begin, base + finish)
-        if info.end > size:
-            raise DraftVocabError(f"{path}: tensor {name} ends past the end of the file")
-        tensors[name] = info
-    return tensors
+        tensors, _ = read_file_headers(path)
+    except BudgetError as exc:
+        raise DraftVocabError(str(exc)) from None
+    return {tensor.name: tensor for tensor in tensors}
 
 
-def read_rows(path: Path, info: TensorInfo, rows: Sequence[int]) -> bytes:
+def row_bytes(info: TensorHeader) -> int:
+    """The bytes of one row (the first dimension) of a row-major tensor."""
+    return info.data_bytes // info.shape[0] if info.shape and info.shape[0] else 0
+
+
+def read_rows(path: Path, info: TensorHeader, rows: Sequence[int]) -> bytes:
     """The bytes of `rows` (in that order) of a row-major tensor."""
+    size = row_bytes(info)
     out = bytearray()
     with path.open("rb") as handle:
         for row in rows:
-            handle.seek(info.start + row * info.row_bytes)
-            out += handle.read(info.row_bytes)
+            handle.seek(info.start + row * size)
+            out += handle.read(size)
     return bytes(out)
 
 
@@ -82,7 +55,7 @@ def write(path: Path, tensors: dict[str, tuple[str, tuple[int, ...], bytes]]) ->
     header: dict[str, object] = {}
     offset = 0
     for name, (dtype, shape, data) in tensors.items():
-        expected = math.prod(shape) * DTYPE_BYTES[dtype]
+        expected = int(math.prod(shape) * DTYPE_ELEMENT_BYTES[dtype])
         if len(data) != expected:
             raise ValueError(f"{name}: {len(data)} bytes for {dtype}{list(shape)} ({expected})")
         header[name] = {

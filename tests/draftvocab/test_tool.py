@@ -168,7 +168,7 @@ def _truncated(directory: Path) -> None:
         (lambda d: _checkpoint(d, mtp=False), "has no MTP module (no mtp.* weights)"),
         (lambda d: _checkpoint(d, tied=True), "tie_word_embeddings is true"),
         (lambda d: _bad_index(_checkpoint(d)), "names model-00009.safetensors, which is not in"),
-        (lambda d: _truncated(_checkpoint(d)), "ends past the end of the file"),
+        (lambda d: _truncated(_checkpoint(d)), "truncated"),
         (lambda d: d.mkdir(), "config.json is missing"),
     ],
     ids=["no-mtp", "tied", "index-names-absent-shard", "truncated", "no-config"],
