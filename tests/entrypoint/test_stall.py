@@ -113,6 +113,7 @@ def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
         assert "no progress" not in run.log() and "probe" not in run.log()
 
         seen: list[str] = []
+        tokens_flow = threading.Event()
 
         def stream() -> None:
             body = {"model": "tiny", "prompt": "hi", "max_tokens": 3000, "ignore_eos": True}
@@ -120,14 +121,16 @@ def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
             try:
                 with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
                     seen.append(str(r.status_code))
-                    for _ in r.iter_bytes():
-                        pass
+                    for line in r.iter_lines():
+                        if line.startswith("data: {"):
+                            tokens_flow.set()
                     seen.append("ended")
             except httpx.HTTPError as exc:
                 seen.append(type(exc).__name__)  # vLLM is stopped under it
 
         threading.Thread(target=stream, daemon=True).start()
-        time.sleep(1.0)  # tokens are flowing
+        # The engine has admitted the stream (its headers alone can come before that).
+        assert tokens_flow.wait(timeout=60), seen
         engines = [
             p for p in run.note_descendants() if "EngineCore" in " ".join([*p.cmdline(), p.name()])
         ]
