@@ -198,6 +198,11 @@ def warnings_for(plan: Plan) -> list[str]:
             "on unified memory prefer --kv-cache-memory-bytes: vLLM reads free memory "
             "from MemAvailable and the fraction does not bound the profiling peak"
         )
+    if s.hardware.node_link_given and s.nodes == 1:
+        out.append(
+            "--node-link-gbs/--node-link-latency-us describe the link between nodes; this "
+            "plan has one node, so its speed estimate does not use them (give --nodes)"
+        )
     if plan.model.assumed:
         out.append(f"profile values assumed (not published): {', '.join(plan.model.assumed)}")
     if plan.fits and 0 < plan.max_concurrency < s.max_num_seqs:

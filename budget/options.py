@@ -123,6 +123,25 @@ class PlanOptions:
             "N",
         ),
     )
+    node_link_gbs: float | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_number,
+            "Bandwidth of the link between nodes in GB/s for the speed estimate's TP "
+            "all-reduces and PP hand-offs (measure it: python -m tools.link_probe). Unset: "
+            "the hardware profile's.",
+            "GBS",
+        ),
+    )
+    node_link_latency_us: float | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.positive_number,
+            "Latency of one message on the link between nodes in µs (python -m "
+            "tools.link_probe measures it). Unset: the hardware profile's.",
+            "US",
+        ),
+    )
     max_model_len: int | None = field(
         default=None,
         metadata=_declare(

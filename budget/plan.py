@@ -20,7 +20,7 @@ from budget.model import ModelSpec
 from budget.profiles import ModelProfile
 from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings
 from budget.speculative import MODEL_FREE_METHODS
-from budget.speed import SpeedEstimate, comm_seconds, estimate_speed
+from budget.speed import Link, SpeedEstimate, comm_seconds, estimate_speed
 from budget.vllm_rules import flashinfer_gdn_prefill
 from budget.weights import FORMAT_BYTES_PER_PARAM
 
@@ -199,20 +199,30 @@ def _speed(
         draft_rows=s.draft_vocab_rows,
         acceptance=acceptance,
         comm_seconds_per_step=_comm(m, s),
+        link=_link(s),
     )
 
 
-def _comm(m: ModelSpec, s: Settings) -> float:
+def _link(s: Settings) -> Link:
     hw = s.hardware
-    across_nodes = s.nodes > 1
+    if s.nodes > 1:
+        given = "--node-link-gbs/--node-link-latency-us"
+        source = given if hw.node_link_given else "hardware profile"
+        return Link("nodes", hw.node_link_gbs, hw.node_link_latency_us, source)
+    between = "gpus" if s.tp * s.pp > 1 else "none"
+    return Link(between, hw.gpu_link_gbs, hw.gpu_link_latency_us, "hardware profile")
+
+
+def _comm(m: ModelSpec, s: Settings) -> float:
+    link = _link(s)
     return comm_seconds(
         hidden=m.hidden_size,
         layers=m.num_layers,
         tokens=1 + s.mtp,
         tp=s.tp,
         pp=s.pp,
-        link_gbs=hw.node_link_gbs if across_nodes else hw.gpu_link_gbs,
-        link_latency_us=hw.node_link_latency_us if across_nodes else hw.gpu_link_latency_us,
+        link_gbs=link.gbs,
+        link_latency_us=link.latency_us,
     )
 
 

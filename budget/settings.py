@@ -76,7 +76,7 @@ def _choose(name: str, value: str | None, allowed: tuple[str, ...]) -> str | Non
 
 
 def _hardware(opts: PlanOptions, profile: ModelProfile, device: str, host: HostFacts) -> Hardware:
-    hw = _named_hardware(opts, profile, device)
+    hw = _node_link(opts, _named_hardware(opts, profile, device))
     if device != "cpu":
         if opts.cpu_avx512_bf16 is not None:
             raise BudgetError(
@@ -91,6 +91,22 @@ def _hardware(opts: PlanOptions, profile: ModelProfile, device: str, host: HostF
         hw,
         cpu_avx512_bf16=True,
         description=f"{hw.description}, AVX512-BF16 CPU",
+    )
+
+
+def _node_link(opts: PlanOptions, hw: Hardware) -> Hardware:
+    """The link between nodes as given (a measured one: python -m tools.link_probe)."""
+    gbs, latency_us = opts.node_link_gbs, opts.node_link_latency_us
+    if gbs is None and latency_us is None:
+        return hw
+    for name, value in (("node_link_gbs", gbs), ("node_link_latency_us", latency_us)):
+        if value is not None and not 0 < value < float("inf"):
+            raise BudgetError(f"{name}={value}; must be a number > 0")
+    return replace(
+        hw,
+        node_link_gbs=hw.node_link_gbs if gbs is None else gbs,
+        node_link_latency_us=hw.node_link_latency_us if latency_us is None else latency_us,
+        node_link_given=True,
     )
 
 

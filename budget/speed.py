@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from budget.model import ModelSpec
 from budget.weights import active_params_per_token
+
+
+@dataclass(frozen=True)
+class Link:
+    """The link the estimate sends activations over."""
+
+    between: str  # "nodes", "gpus" (of one node) or "none" (one rank sends nothing)
+    gbs: float
+    latency_us: float
+    source: str  # "hardware profile" or "--node-link-gbs/--node-link-latency-us"
+
+    def to_dict(self) -> dict[str, float | str]:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -17,9 +31,12 @@ class SpeedEstimate:
     decode_tokens_per_s: float  # one stream
     prefill_tokens_per_s: float
     comm_seconds_per_step: float = 0.0  # TP all-reduces and PP hand-offs on the links
+    link: Link | None = None
 
-    def to_dict(self) -> dict[str, float | int]:
-        return dict(self.__dict__)
+    def to_dict(self) -> dict[str, Any]:
+        values: dict[str, Any] = dict(self.__dict__)
+        values["link"] = self.link.to_dict() if self.link else None
+        return values
 
 
 def expected_tokens(acceptance: float, k: int) -> float:
@@ -40,6 +57,7 @@ def estimate_speed(
     draft_rows: int,
     acceptance: float,
     comm_seconds_per_step: float = 0.0,
+    link: Link | None = None,
 ) -> SpeedEstimate:
     active = active_params_per_token(m)
     step = int(active * weight_bytes_per_param / tp + kv_bytes_per_token * context)
@@ -58,6 +76,7 @@ def estimate_speed(
         decode_tokens_per_s=tokens / seconds,
         prefill_tokens_per_s=prefill,
         comm_seconds_per_step=comm_seconds_per_step,
+        link=link,
     )
 
 

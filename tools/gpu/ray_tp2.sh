@@ -196,5 +196,6 @@ case "${1:-}" in
     stage) stage ;;
     run) run ;;
     restart) restart ;;
-    *) echo "usage: $0 stage|run|restart (see the header)" >&2; exit 2 ;;
+    install) mkdir -p "$OUT"; stage > /dev/null; install ;;  # for tools/gpu/two_nodes.sh
+    *) echo "usage: $0 stage|run|restart|install (see the header)" >&2; exit 2 ;;
 esac
