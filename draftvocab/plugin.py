@@ -34,6 +34,9 @@ TARGET_DRAFTERS = {
     "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeMTP",
 }
 DRAFT_VOCAB_ARCHITECTURES = tuple(TARGET_DRAFTERS)
+# The drafters a real vLLM has served with the reduced head (tests/draftvocab/
+# test_vllm_draft_vocab.py); the others were only checked without a load.
+SERVED_DRAFTERS = ("Qwen3NextMTP",)
 # A child of vLLM's logger: its handlers print our lines in vLLM's format.
 log = logging.getLogger("vllm.sparkserve.draftvocab")
 

@@ -19,6 +19,8 @@ from budget.safetensors_headers import read_checkpoint
 from budget.units import GiB
 from draftvocab.plugin import (
     DRAFT_VOCAB_ARCHITECTURES,
+    SERVED_DRAFTERS,
+    TARGET_DRAFTERS,
     UnsupportedVLLMError,
     check_version,
 )
@@ -132,9 +134,10 @@ def _draft_vocab_in(plan: Plan, directory: str | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def check_draft_vocab(config: EntrypointConfig, plan: Plan) -> None:
+def check_draft_vocab(config: EntrypointConfig, plan: Plan) -> str | None:
     """A reduced draft vocabulary (draftvocab/): the checkpoint has one exactly when the
-    plan does, and vLLM's plugin serves it for this vLLM and model."""
+    plan does, and vLLM's plugin serves it for this vLLM and model. Returns a warning
+    when the plugin's drafter for this model has never been served by a real vLLM."""
     rows = plan.settings.draft_vocab_rows
     directory = plan.model_dir or config.weights
     found = _draft_vocab_in(plan, directory)
@@ -145,7 +148,7 @@ def check_draft_vocab(config: EntrypointConfig, plan: Plan) -> None:
                 "drafter cannot load: set SPARKSERVE_DRAFT_VOCAB=on (or serve the checkpoint "
                 "it was made from)"
             )
-        return
+        return None
     if plan.model.architecture not in DRAFT_VOCAB_ARCHITECTURES:
         raise PreflightError(
             f"SPARKSERVE_DRAFT_VOCAB: the plugin serves a reduced draft vocabulary for "
@@ -160,6 +163,14 @@ def check_draft_vocab(config: EntrypointConfig, plan: Plan) -> None:
             f"SPARKSERVE_DRAFT_VOCAB plans {rows} draft rows, but {directory}/config.json has "
             f"draft_vocab_size={found}: make the reduced head with python -m draftvocab"
         )
+    drafter = TARGET_DRAFTERS[plan.model.architecture]
+    if drafter in SERVED_DRAFTERS:
+        return None
+    return (
+        f"warning: the draft-vocab plugin's {drafter} drafter has never been served by a "
+        "real vLLM, only checked without a load (docs/draft-vocab.md): compare its first "
+        "answers with SPARKSERVE_DRAFT_VOCAB=off"
+    )
 
 
 def fit_problem(plan: Plan) -> str | None:
@@ -231,7 +242,8 @@ def check_port_free(host: str, port: int, variable: str) -> None:
 def run_checks(config: EntrypointConfig, plan: Plan, machine: Machine, console: Console) -> None:
     """Everything but the model-dir check (done before planning) and the vLLM flag check."""
     check_weights(config, plan)
-    check_draft_vocab(config, plan)
+    if warning := check_draft_vocab(config, plan):
+        console.say(warning)
     check_fits(plan, config.force, console)
     check_host_memory(plan, machine.host, config.force, console)
     check_gpu(plan, machine)

@@ -132,9 +132,15 @@ def test_a_model_the_plugin_does_not_serve_is_refused(tmp_path):
         check_draft_vocab(config, build_plan(config.plan))
 
 
-def test_a_reduced_qwen3_5_checkpoint_passes_the_pre_flight(tmp_path):
+def test_a_reduced_qwen3_5_checkpoint_passes_the_pre_flight_with_a_warning(tmp_path):
     config = _config(_reduced(tmp_path, "Qwen3_5MoeForCausalLM"), SPARKSERVE_DRAFT_VOCAB="on")
-    check_draft_vocab(config, build_plan(config.plan))  # no PreflightError
+    warning = check_draft_vocab(config, build_plan(config.plan))  # no PreflightError
+    assert warning and "Qwen3_5MoeMTP drafter has never been served by a real vLLM" in warning
+
+
+def test_the_qwen3_next_drafter_served_on_vllm_cpu_passes_without_a_warning(reduced):
+    config = _config(reduced)
+    assert check_draft_vocab(config, build_plan(config.plan)) is None
 
 
 @pytest.mark.parametrize("version", ["0.24.0", "0.33.0", "0.32.1"])
