@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
-from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextDecoderLayer
 
 from entrypoint.tiny_model import config_for, write_tiny_model
 
@@ -62,11 +61,15 @@ def scaled(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     }
 
 
-def _mtp(hf_config: Qwen3NextConfig) -> dict[str, torch.Tensor]:
-    last_full = len(hf_config.layer_types) - 1  # a full-attention layer, as vLLM builds it
-    layer = Qwen3NextDecoderLayer(hf_config, layer_idx=last_full).state_dict()
+def mtp_layer_weights(model: torch.nn.Module, hidden: int) -> dict[str, torch.Tensor]:
+    """The MTP module: a copy of the model's last layer (full attention, as vLLM builds the
+    MTP layer), initialized with the model. A decoder layer built on its own is never
+    initialized: its fused experts stayed `torch.empty`, whatever memory held (once zeros,
+    once 1e18), and no draft was ever accepted."""
+    last = model.get_decoder().layers[-1]
+    layer = {name: tensor.detach().clone() for name, tensor in last.state_dict().items()}
     weights = {f"mtp.layers.0.{name}": t for name, t in scaled(layer).items()}
-    return weights | mtp_head_weights(hf_config.hidden_size)
+    return weights | mtp_head_weights(hidden)
 
 
 def mtp_head_weights(hidden: int) -> dict[str, torch.Tensor]:
@@ -90,6 +93,6 @@ def write(out_dir: Path) -> Path:
     state = scaled(model.state_dict())
     state["model.embed_tokens.weight"] = torch.randn_like(state["model.embed_tokens.weight"])
     state["lm_head.weight"] = torch.randn_like(state["lm_head.weight"]) * LM_HEAD_STD
-    state.update(_mtp(hf_config))
+    state.update(mtp_layer_weights(model, hf_config.hidden_size))
     save_file({name: t.contiguous() for name, t in state.items()}, out_dir / "model.safetensors")
     return out_dir

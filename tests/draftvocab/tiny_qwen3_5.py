@@ -17,10 +17,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer
 
 from entrypoint.tiny_model import config_for, write_tiny_model
-from tests.draftvocab.tiny_mtp import LM_HEAD_STD, SEED, mtp_head_weights, scaled
+from tests.draftvocab.tiny_mtp import LM_HEAD_STD, SEED, mtp_layer_weights, scaled
 
 
 def config() -> dict[str, object]:
@@ -41,13 +40,6 @@ def config() -> dict[str, object]:
     return cfg
 
 
-def _mtp(hf_config: Qwen3_5TextConfig) -> dict[str, torch.Tensor]:
-    last_full = len(hf_config.layer_types) - 1  # a full-attention layer, as vLLM builds it
-    layer = Qwen3_5DecoderLayer(hf_config, layer_idx=last_full).state_dict()
-    weights = {f"mtp.layers.0.{name}": t for name, t in scaled(layer).items()}
-    return weights | mtp_head_weights(hf_config.hidden_size)
-
-
 def write(out_dir: Path) -> Path:
     """config.json, tokenizer files and model.safetensors in `out_dir`; returns it."""
     torch.manual_seed(SEED)
@@ -55,9 +47,10 @@ def write(out_dir: Path) -> Path:
     write_tiny_model(out_dir, "hybrid")
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2))
     hf_config = Qwen3_5TextConfig(**{k: v for k, v in cfg.items() if k != "architectures"})
-    state = scaled(Qwen3_5ForCausalLM(hf_config).state_dict())
+    model = Qwen3_5ForCausalLM(hf_config)
+    state = scaled(model.state_dict())
     state["model.embed_tokens.weight"] = torch.randn_like(state["model.embed_tokens.weight"])
     state["lm_head.weight"] = torch.randn_like(state["lm_head.weight"]) * LM_HEAD_STD
-    state.update(_mtp(hf_config))
+    state.update(mtp_layer_weights(model, hf_config.hidden_size))
     save_file({name: t.contiguous() for name, t in state.items()}, out_dir / "model.safetensors")
     return out_dir
