@@ -89,10 +89,14 @@ def write(out_dir: Path) -> Path:
     write_tiny_model(out_dir, "hybrid-mtp")
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2))
     hf_config = Qwen3NextConfig(**{k: v for k, v in cfg.items() if k != "architectures"})
-    model = Qwen3NextForCausalLM(hf_config)
+    save_with_mtp(Qwen3NextForCausalLM(hf_config), hf_config.hidden_size, out_dir)
+    return out_dir
+
+
+def save_with_mtp(model: torch.nn.Module, hidden: int, out_dir: Path) -> None:
+    """`model`'s weights as described above, with its MTP module, in model.safetensors."""
     state = scaled(model.state_dict())
     state["model.embed_tokens.weight"] = torch.randn_like(state["model.embed_tokens.weight"])
     state["lm_head.weight"] = torch.randn_like(state["lm_head.weight"]) * LM_HEAD_STD
-    state.update(mtp_layer_weights(model, hf_config.hidden_size))
+    state.update(mtp_layer_weights(model, hidden))
     save_file({name: t.contiguous() for name, t in state.items()}, out_dir / "model.safetensors")
-    return out_dir

@@ -15,11 +15,10 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from entrypoint.tiny_model import config_for, write_tiny_model
-from tests.draftvocab.tiny_mtp import LM_HEAD_STD, SEED, mtp_layer_weights, scaled
+from tests.draftvocab.tiny_mtp import SEED, save_with_mtp
 
 
 def config() -> dict[str, object]:
@@ -47,10 +46,5 @@ def write(out_dir: Path) -> Path:
     write_tiny_model(out_dir, "hybrid")
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2))
     hf_config = Qwen3_5TextConfig(**{k: v for k, v in cfg.items() if k != "architectures"})
-    model = Qwen3_5ForCausalLM(hf_config)
-    state = scaled(model.state_dict())
-    state["model.embed_tokens.weight"] = torch.randn_like(state["model.embed_tokens.weight"])
-    state["lm_head.weight"] = torch.randn_like(state["lm_head.weight"]) * LM_HEAD_STD
-    state.update(mtp_layer_weights(model, hf_config.hidden_size))
-    save_file({name: t.contiguous() for name, t in state.items()}, out_dir / "model.safetensors")
+    save_with_mtp(Qwen3_5ForCausalLM(hf_config), hf_config.hidden_size, out_dir)
     return out_dir
