@@ -193,15 +193,20 @@ class _Supervisor:
 
 def test_an_idle_engine_that_leaves_the_probe_unanswered_is_a_stall() -> None:
     supervisor = _Supervisor(timeout_s=0.5)
+    with pytest.raises(_Stalled, match="did not answer a one-token probe within 0.5 s"):
+        _tick_for_20_s(supervisor)
+    assert supervisor.probes == 1
+
+
+def _tick_for_20_s(supervisor: _Supervisor) -> None:
+    """The supervisor's ticks every 0.2 s, each probe's answer awaited before the next."""
     stalls = Stalls(cast(Supervisor, supervisor), cast(VLLMChild, None))
     now = 0.0
-    with pytest.raises(_Stalled, match="did not answer a one-token probe within 0.5 s"):
-        for _ in range(100):
-            stalls.tick(now)
-            if stalls.probe is not None:
-                stalls.probe.exception(timeout=5)  # the thread's answer, then the next tick
-            now += 0.2
-    assert supervisor.probes == 1
+    for _ in range(100):
+        stalls.tick(now)
+        if stalls.probe is not None:
+            stalls.probe.exception(timeout=5)
+        now += 0.2
 
 
 BUSY_METRICS = """\
@@ -217,12 +222,6 @@ def test_a_probe_timed_out_while_the_engine_moved_leaves_the_verdict_to_the_watc
     # before the probe timed out. The probe proves nothing then; when the engine then
     # stops with that request admitted, the progress watch says so.
     supervisor = _Supervisor(timeout_s=0.5, metrics_after_the_probe=BUSY_METRICS)
-    stalls = Stalls(cast(Supervisor, supervisor), cast(VLLMChild, None))
-    now = 0.0
     with pytest.raises(_Stalled, match="made no progress for .* with 1 request"):
-        for _ in range(100):
-            stalls.tick(now)
-            if stalls.probe is not None:
-                stalls.probe.exception(timeout=5)
-            now += 0.2
+        _tick_for_20_s(supervisor)
     assert supervisor.probes == 1
