@@ -126,6 +126,6 @@ def graph_hits(
 def _predicted(coverage_result: dict[str, Any], width: int) -> str:
     if width in coverage_result["covered"]:
         return "FULL"
-    if width in coverage_result.get("padded", {}):
+    if width in coverage_result["padded"]:
         return f"FULL, padded to {coverage_result['padded'][width]}"
     return "no full graph"
