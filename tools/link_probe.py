@@ -66,7 +66,8 @@ def fit_link(samples: Sequence[Sample], world_size: int) -> LinkFit:
     fit = statistics.linear_regression([s.size_bytes for s in large], [s.seconds for s in large])
     if fit.slope <= 0:
         raise ProbeError(
-            "the large messages did not take longer than the small ones; raise --max-bytes"
+            "the large messages did not take longer than the small ones; raise --max-bytes "
+            "(or --iters, on a busy host)"
         )
     bus_factor = 2 * (world_size - 1) / world_size  # ring all-reduce: bytes each rank sends
     latency = statistics.median(s.seconds for s in ordered[:FIT_SIZES])

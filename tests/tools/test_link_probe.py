@@ -54,7 +54,7 @@ def probe(*args: str, timeout: float = 120) -> subprocess.Popen[str]:
 
 def run_pair(addr: str, extra: tuple[str, ...] = ()) -> str:
     port = str(free_port())
-    common = ("--addr", addr, "--port", port, "--max-bytes", "4M", "--iters", "5", *extra)
+    common = ("--addr", addr, "--port", port, "--max-bytes", "32M", "--iters", "7", *extra)
     ranks = [probe("--rank", str(r), *common) for r in (1, 0)]
     outs = [p.communicate(timeout=120) for p in ranks]
     for p, (_, err) in zip(ranks, outs, strict=True):

@@ -131,7 +131,7 @@ def _net(pid: str) -> str | None:
 
 
 def test_the_link_probe_measures_the_veth(nodes: Nodes) -> None:
-    nodes.env.update(PROBE_MAX_BYTES="4M", PROBE_ITERS="5")
+    nodes.env.update(PROBE_MAX_BYTES="32M", PROBE_ITERS="7")
     probe = nodes.run("probe", timeout=120)
     assert probe.returncode == 0, probe.stdout + probe.stderr
     assert f"link (gloo, 2 ranks via {nodes.net}.1)" in probe.stdout
