@@ -186,6 +186,7 @@ def _speed(
     m = profile.spec
     fmt = FORMAT_BYTES_PER_PARAM[s.formats["routed_experts" if m.moe else "dense_mlp"]]
     kv_per_token = layout.attention_page_bytes / layout.block_size * layout.attention_layers
+    link = _link(s)
     return estimate_speed(
         m,
         weight_bytes_per_param=fmt,
@@ -198,8 +199,8 @@ def _speed(
         mtp_bytes=mtp_bytes,
         draft_rows=s.draft_vocab_rows,
         acceptance=acceptance,
-        comm_seconds_per_step=_comm(m, s),
-        link=_link(s),
+        comm_seconds_per_step=_comm(m, s, link),
+        link=link,
     )
 
 
@@ -213,8 +214,7 @@ def _link(s: Settings) -> Link:
     return Link(between, hw.gpu_link_gbs, hw.gpu_link_latency_us, "hardware profile")
 
 
-def _comm(m: ModelSpec, s: Settings) -> float:
-    link = _link(s)
+def _comm(m: ModelSpec, s: Settings, link: Link) -> float:
     return comm_seconds(
         hidden=m.hidden_size,
         layers=m.num_layers,
