@@ -4,7 +4,7 @@ What runs here: the nodes set up and torn down leaving nothing behind; each node
 network, IPC namespace and /dev/shm; tools.link_probe (gloo) across the veth; Ray's head in
 one node and the entrypoint's worker role in the other, joined over the veth, then the
 head killed and the worker's entrypoint leaving with exit 3 and its line. The GPU runs
-(vLLM TP 2 / PP 2 through Ray) need the nvidia-h200-x2 machine (docs/gpu-entrypoint.md).
+(vLLM TP 2 / PP 2 through Ray) need the nvidia-h200-x2 machine (docs/deploy.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Two "nodes" on one machine (issue 30): each its own network, mount and IPC namespace
+# Two "nodes" on one machine: each its own network, mount and IPC namespace
 # (a holder process made by `unshare --net --mount --ipc`, with a tmpfs of its own on
 # /dev/shm and a Ray temp dir of its own), joined by a veth pair named $LINK_IF on both
 # sides, addresses $NET.1 (head) and $NET.2 (worker). Nothing is shared but the kernel and
