@@ -31,8 +31,16 @@ UMA_GPU_NAMES = ("GB10",)
 
 @dataclass(frozen=True)
 class HostMemory:
+    """/proc/meminfo's MemTotal, MemAvailable and MemFree.
+
+    On unified memory the two free figures differ by the page cache: MemAvailable counts
+    reclaimable file pages as free, MemFree does not, and GB10's CUDA driver reports
+    MemFree as the GPU's free memory (docs/dgx-spark.md).
+    """
+
     total_bytes: int
-    available_bytes: int  # MemAvailable: what vLLM reads as free on UMA (DESIGN §3)
+    available_bytes: int
+    free_bytes: int
 
 
 @dataclass(frozen=True)
@@ -55,9 +63,11 @@ class Machine:
 
 
 def host_memory() -> HostMemory:
-    """MemTotal and MemAvailable (psutil reads /proc/meminfo, as vLLM does)."""
+    """MemTotal, MemAvailable and MemFree (psutil reads /proc/meminfo, as vLLM does)."""
     vm = psutil.virtual_memory()
-    return HostMemory(total_bytes=int(vm.total), available_bytes=int(vm.available))
+    return HostMemory(
+        total_bytes=int(vm.total), available_bytes=int(vm.available), free_bytes=int(vm.free)
+    )
 
 
 def profile_for(gpu_name: str) -> str | None:

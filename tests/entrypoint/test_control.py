@@ -9,7 +9,7 @@ from entrypoint.logscan import LogWatcher
 from entrypoint.metrics import build_registry
 from entrypoint.state import READY, STOPPING, WARMING_UP, Lifecycle
 
-HOST = HostMemory(total_bytes=8 * 1024**3, available_bytes=4 * 1024**3)
+HOST = HostMemory(total_bytes=8 * 1024**3, available_bytes=4 * 1024**3, free_bytes=3 * 1024**3)
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ from entrypoint.serve import Prepared, dry_run, with_gdn_backend
 from entrypoint.vllm_flags import check_flags, known_flags, vllm_parser
 
 GDN_ON_GPU = PlanOptions(model="qwen3-next-80b-a3b", hardware="h200")
-H200 = Machine("cuda", "NVIDIA H200", 1, "h200", 140.0, False, HostMemory(1024**4, 1024**4))
+H200 = Machine(
+    "cuda", "NVIDIA H200", 1, "h200", 140.0, False, HostMemory(1024**4, 1024**4, 1024**4)
+)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ H200_X2 = Machine(
     profile="h200",
     memory_gib=140.4,
     uma=False,
-    host=HostMemory(total_bytes=256 << 30, available_bytes=250 << 30),
+    host=HostMemory(total_bytes=256 << 30, available_bytes=250 << 30, free_bytes=240 << 30),
 )
 
 

@@ -9,7 +9,7 @@ from entrypoint.nvml import read_gpus
 from entrypoint.telemetry import GpuCollector, HostMemoryCollector
 
 GiB = 1024**3
-HOST = HostMemory(total_bytes=128 * GiB, available_bytes=100 * GiB)
+HOST = HostMemory(total_bytes=128 * GiB, available_bytes=100 * GiB, free_bytes=60 * GiB)
 
 
 class FakeNVMLError(Exception):

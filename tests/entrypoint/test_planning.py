@@ -21,7 +21,7 @@ from entrypoint.planning import (
 from entrypoint.supervisor import shape_of
 from entrypoint.warmup import Shape, decode_widths, long_prompt_tokens, prefill_sizes
 
-HOST = HostMemory(total_bytes=24 * 1024**3, available_bytes=20 * 1024**3)
+HOST = HostMemory(total_bytes=24 * 1024**3, available_bytes=20 * 1024**3, free_bytes=16 * 1024**3)
 CPU = Machine("cpu", None, 0, None, 24.0, True, HOST)
 SPARK = Machine("cuda", "NVIDIA GB10", 1, "dgx-spark", 121.0, True, HOST)
 

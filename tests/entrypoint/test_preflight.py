@@ -18,7 +18,7 @@ from entrypoint.preflight import (
 from entrypoint.vllm_flags import flag_name, unknown_flags
 
 GiB = 1024**3
-PLENTY = HostMemory(total_bytes=24 * GiB, available_bytes=20 * GiB)
+PLENTY = HostMemory(total_bytes=24 * GiB, available_bytes=20 * GiB, free_bytes=18 * GiB)
 
 
 def test_missing_model_dir(tmp_path):
@@ -56,7 +56,11 @@ def test_does_not_fit_is_exit_1_unless_forced(tiny_model_dir, console):
 
 
 def test_short_memavailable_on_uma_names_the_page_cache(tiny_plan, console):
-    short = HostMemory(total_bytes=GiB, available_bytes=vllm_request_bytes(tiny_plan) - 1)
+    short = HostMemory(
+        total_bytes=GiB,
+        available_bytes=vllm_request_bytes(tiny_plan) - 1,
+        free_bytes=vllm_request_bytes(tiny_plan) - 1,
+    )
     with pytest.raises(DoesNotFitError, match="drop_caches"):
         check_host_memory(tiny_plan, short, force=False, console=console)
     check_host_memory(tiny_plan, PLENTY, force=False, console=console)

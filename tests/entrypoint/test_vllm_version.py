@@ -15,7 +15,9 @@ from entrypoint.planning import make_plan
 from entrypoint.serve import rules_line
 from entrypoint.vllm_version import installed_vllm_version, planned_version
 
-H200 = Machine("cuda", "NVIDIA H200", 1, "h200", 140.0, False, HostMemory(1024**4, 1024**4))
+H200 = Machine(
+    "cuda", "NVIDIA H200", 1, "h200", 140.0, False, HostMemory(1024**4, 1024**4, 1024**4)
+)
 
 
 def _reader(installed: dict[str, str]):  # type: ignore[no-untyped-def]
