@@ -35,14 +35,14 @@ LOCAL_HEAD = "127.0.0.1"
 # hosts vLLM's workers), and a drain as long as the grace period ends in SIGKILL
 # (seen on the H200 run: the raylet never went idle). So it is off unless set.
 RAY_DRAIN_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
-# Ray's memory monitor kills the task of the largest memory once the node's used memory
-# passes RAY_memory_usage_threshold (0.95). On unified memory vLLM's GPU allocations are
+# Ray's memory monitor kills a task or actor process once the node's used memory passes
+# RAY_memory_usage_threshold (0.95). On unified memory vLLM's GPU allocations are
 # the node's memory, so a KV pool sized to the plan reads as a node about to run out and
 # vLLM's own workers are killed; 0 turns the monitor off (Ray's docs, "Out-Of-Memory
 # Prevention"). Memory is guarded by the plan and the kernel there, not by Ray.
 RAY_MEMORY_MONITOR_ENV = "RAY_memory_monitor_refresh_ms"
 # Ray's object store defaults to 30 % of the node's memory, capped by /dev/shm's free
-# space (ray/_private/utils.py resolve_object_store_memory): ≈ 36 GB on a Spark, taken
+# space (ray/_private/utils.py resolve_object_store_memory): ≈ 35 GB on a Spark, taken
 # from the same memory as the KV pool as objects arrive. vLLM's Ray executor passes
 # only control messages and its compiled graph's 1 MB channel buffers through it
 # (ray/dag/context.py; tensors travel over NCCL), so on unified memory it is capped at
