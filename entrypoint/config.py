@@ -204,8 +204,12 @@ class EntrypointConfig:
     head_address: str | None
     ray_port: int
     ray_extra_args: tuple[str, ...]
+    node_ip: str | None
     nccl_socket_ifname: str | None
     gloo_socket_ifname: str | None
+    nccl_ib_hca: str | None
+    nccl_ib_gid_index: int | None
+    ray_object_store_memory: int | None
     node_wait_timeout: float
 
 

@@ -136,10 +136,18 @@ def api_key_env(config: EntrypointConfig) -> dict[str, str]:
 
 
 def interconnect_env(config: EntrypointConfig) -> dict[str, str]:
-    """NCCL/Gloo interface names for vLLM and Ray (only those that are set)."""
+    """This node's address and the NCCL/Gloo link settings for vLLM and Ray (those set).
+
+    vLLM's Ray executor copies the driver's NCCL_* variables to every Ray worker, the
+    other nodes' too, but not VLLM_HOST_IP, which each node's workers read from their own
+    raylet's environment (vllm/ray/ray_env.py, vllm/v1/executor/ray_utils.py)."""
+    gid = config.nccl_ib_gid_index
     names = {
+        "VLLM_HOST_IP": config.node_ip,
         "NCCL_SOCKET_IFNAME": config.nccl_socket_ifname,
         "GLOO_SOCKET_IFNAME": config.gloo_socket_ifname,
+        "NCCL_IB_HCA": config.nccl_ib_hca,
+        "NCCL_IB_GID_INDEX": None if gid is None else str(gid),
     }
     return {name: value for name, value in names.items() if value}
 

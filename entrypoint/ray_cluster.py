@@ -17,10 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from budget.units import GiB
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
-from entrypoint.errors import PreflightError, RayError
+from entrypoint.errors import ConfigError, PreflightError, RayError
+from entrypoint.hardware import Machine
 from entrypoint.planning import Launch, interconnect_env
+from entrypoint.vllm_flags import flag_name
 
 PROBE_TIMEOUT_SECONDS = 20.0  # ray.init retries an unreachable GCS for minutes
 WAIT_POLL_SECONDS = 2.0
@@ -32,6 +35,21 @@ LOCAL_HEAD = "127.0.0.1"
 # hosts vLLM's workers), and a drain as long as the grace period ends in SIGKILL
 # (seen on the H200 run: the raylet never went idle). So it is off unless set.
 RAY_DRAIN_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
+# Ray's memory monitor kills a task or actor process once the node's used memory passes
+# RAY_memory_usage_threshold (0.95). On unified memory vLLM's GPU allocations are
+# the node's memory, so a KV pool sized to the plan reads as a node about to run out and
+# vLLM's own workers are killed; 0 turns the monitor off (Ray's docs, "Out-Of-Memory
+# Prevention"). Memory is guarded by the plan and the kernel there, not by Ray.
+RAY_MEMORY_MONITOR_ENV = "RAY_memory_monitor_refresh_ms"
+# Ray's object store defaults to 30 % of the node's memory, capped by /dev/shm's free
+# space (ray/_private/utils.py resolve_object_store_memory): ≈ 35 GB on a Spark, taken
+# from the same memory as the KV pool as objects arrive. vLLM's Ray executor passes
+# only control messages and its compiled graph's 1 MB channel buffers through it
+# (ray/dag/context.py; tensors travel over NCCL), so on unified memory it is capped at
+# 1 GiB, which lies within the headroom the plan leaves to the system.
+UMA_OBJECT_STORE_BYTES = GiB
+NODE_IP_FLAG = "--node-ip-address"
+OBJECT_STORE_FLAG = "--object-store-memory"
 
 
 @dataclass(frozen=True)
@@ -76,21 +94,57 @@ def head_address(config: EntrypointConfig) -> str:
     return address if ":" in address else f"{address}:{config.ray_port}"
 
 
-def ray_launch(config: EntrypointConfig, environ: Mapping[str, str] | None = None) -> Launch:
+def unified_gpu(machine: Machine) -> bool:
+    """A GPU that shares the host's memory (GB10): Ray's memory view does not hold there."""
+    return machine.device == "cuda" and machine.uma
+
+
+def _given(args: tuple[str, ...], flag: str) -> bool:
+    return any(flag_name(word) == flag for word in args)
+
+
+def node_args(config: EntrypointConfig, uma: bool) -> tuple[str, ...]:
+    """--node-ip-address and --object-store-memory, unless SPARKSERVE_RAY_EXTRA_ARGS has them."""
+    extra = config.ray_extra_args
+    args: tuple[str, ...] = ()
+    if config.node_ip:
+        if _given(extra, NODE_IP_FLAG):
+            raise ConfigError(
+                f"SPARKSERVE_NODE_IP={config.node_ip} and {NODE_IP_FLAG} in "
+                "SPARKSERVE_RAY_EXTRA_ARGS: give the address once, in SPARKSERVE_NODE_IP"
+            )
+        args += (NODE_IP_FLAG, config.node_ip)
+    store = config.ray_object_store_memory or (UMA_OBJECT_STORE_BYTES if uma else None)
+    if store is not None and not _given(extra, OBJECT_STORE_FLAG):
+        args += (OBJECT_STORE_FLAG, str(store))
+    return args
+
+
+def ray_env(config: EntrypointConfig, environ: Mapping[str, str], uma: bool) -> dict[str, str]:
+    """Ray's environment: the link, and our defaults for what the user did not set."""
+    env = {"RAY_USAGE_STATS_ENABLED": "0", **interconnect_env(config)}
+    if RAY_DRAIN_ENV not in environ:
+        env[RAY_DRAIN_ENV] = "0"
+    if uma and RAY_MEMORY_MONITOR_ENV not in environ:
+        env[RAY_MEMORY_MONITOR_ENV] = "0"
+    return env
+
+
+def ray_launch(
+    config: EntrypointConfig, environ: Mapping[str, str] | None = None, uma: bool = False
+) -> Launch:
     """`ray start` for this node's role, in the foreground (--block). `environ` is the
-    environment it will inherit: a drain timeout set there is kept."""
+    environment it will inherit: a drain timeout or memory monitor set there is kept.
+    `uma`: this node's GPU shares its memory (see unified_gpu)."""
     if config.role == "head":
         role_args: tuple[str, ...] = ("--head", "--port", str(config.ray_port))
     else:
         role_args = ("--address", head_address(config))
-    env = {"RAY_USAGE_STATS_ENABLED": "0", **interconnect_env(config)}
-    if RAY_DRAIN_ENV not in (environ or {}):
-        env[RAY_DRAIN_ENV] = "0"
     return Launch(
         prefix=(ray_executable(), "start"),
-        planned_args=(*role_args, "--block"),
+        planned_args=(*role_args, *node_args(config, uma), "--block"),
         extra_args=config.ray_extra_args,
-        env=env,
+        env=ray_env(config, environ or {}, uma),
     )
 
 
@@ -119,6 +173,10 @@ def interconnect_summary(config: EntrypointConfig, expected: Expected | None = N
         + (f", joining {head_address(config)}" if config.role == "worker" else ""),
         "  NCCL_SOCKET_IFNAME=" + env.get("NCCL_SOCKET_IFNAME", "unset (NCCL chooses)"),
         "  GLOO_SOCKET_IFNAME=" + env.get("GLOO_SOCKET_IFNAME", "unset (Gloo chooses)"),
+        "  NCCL_IB_HCA=" + env.get("NCCL_IB_HCA", "unset (NCCL uses every RDMA device)"),
+        "  NCCL_IB_GID_INDEX=" + env.get("NCCL_IB_GID_INDEX", "unset (NCCL chooses)"),
+        "  this node's address (VLLM_HOST_IP, --node-ip-address): "
+        + env.get("VLLM_HOST_IP", "unset (Ray and vLLM guess)"),
         "  ray start extra args: " + (" ".join(config.ray_extra_args) or "none"),
     ]
     if expected is not None:

@@ -1,4 +1,4 @@
-"""The cluster roles (issue 4): `head` and `worker` around the usual single-node serve.
+"""The cluster roles: `head` and `worker` around the usual single-node serve.
 
 head:   ray start --head (supervised) → wait for every node and GPU → the usual
         launch, warm-up and supervision of vLLM (Ray executor) → Ray stopped on exit.
@@ -66,8 +66,10 @@ def for_head(launch: Launch, config: EntrypointConfig) -> Launch:
     )
 
 
-def start_ray(config: EntrypointConfig, console: Console, environ: dict[str, str]) -> VLLMChild:
-    launch = ray_launch(config, environ)
+def start_ray(
+    config: EntrypointConfig, console: Console, environ: dict[str, str], uma: bool
+) -> VLLMChild:
+    launch = ray_launch(config, environ, uma)
     warning = drain_outlasts_grace(config, environ)
     if warning is not None:
         console.say("warning: " + warning)
@@ -118,10 +120,11 @@ def run_head(
     signals: SignalFlag,
     expected: Expected,
     serve_vllm: Callable[[], int],
+    uma: bool = False,
 ) -> int:
     """Ray head up → cluster complete → `serve_vllm()`; Ray stopped whatever happens."""
     console.say(interconnect_summary(config, expected))
-    node = start_ray(config, console, environ)
+    node = start_ray(config, console, environ, uma)
     try:
         wait_for_cluster(
             lambda: probe_cluster(f"{LOCAL_HEAD}:{config.ray_port}"),
@@ -138,11 +141,15 @@ def run_head(
 
 
 def run_worker(
-    config: EntrypointConfig, console: Console, environ: dict[str, str], signals: SignalFlag
+    config: EntrypointConfig,
+    console: Console,
+    environ: dict[str, str],
+    signals: SignalFlag,
+    uma: bool = False,
 ) -> int:
     """Join the head and stay until a signal (0) or until Ray exits (RayError, exit 3)."""
     console.say(interconnect_summary(config))
-    node = start_ray(config, console, environ)
+    node = start_ray(config, console, environ, uma)
     try:
         while node.poll() is None:
             signals.wait(TICK_SECONDS)

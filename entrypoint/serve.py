@@ -22,10 +22,11 @@ from entrypoint.gateway_mode import EMBEDDED, check_embedded, check_key_in_confi
 from entrypoint.hardware import Machine, detect, host_memory
 from entrypoint.logscan import LogWatcher
 from entrypoint.metrics import build_registry
+from entrypoint.node_check import check_node
 from entrypoint.nvml import load_nvml, read_gpus
 from entrypoint.planning import Launch, build_launch, make_plan, vllm_console_script
 from entrypoint.preflight import check_model_dir, fit_problem, run_checks
-from entrypoint.ray_cluster import interconnect_summary, ray_launch
+from entrypoint.ray_cluster import interconnect_summary, ray_launch, unified_gpu
 from entrypoint.roles import check_role, expected_cluster, for_head, run_head, run_worker
 from entrypoint.signals import SignalFlag, StopRequested
 from entrypoint.state import Lifecycle
@@ -66,8 +67,9 @@ def rules_line(plan: Plan, vllm: PlannedVersion) -> str:
 def dry_run(config: EntrypointConfig, console: Console) -> int:
     """Print the plan and the exact command; 1 when it does not fit (and not forced)."""
     if config.role != "single":
+        uma = unified_gpu(detect(read_gpus(load_nvml())))
         console.raw(interconnect_summary(config))
-        console.raw("ray command: " + ray_launch(config, os.environ).shown())
+        console.raw("ray command: " + ray_launch(config, os.environ, uma).shown())
     if config.role == "worker":
         return 0
     prepared = prepare(config, console)
@@ -122,10 +124,13 @@ def preflight(config: EntrypointConfig, console: Console) -> tuple[Prepared, str
 
 def serve(config: EntrypointConfig, console: Console, environ: dict[str, str]) -> int:
     """Pre-flight, then launch and supervise vLLM (on a head: after Ray); the exit code."""
+    check_node(config)
     signals = SignalFlag()
     signals.install()
     if config.role == "worker":
-        return run_worker(config, console, environ, signals)
+        machine = detect(read_gpus(load_nvml()))
+        console.say(f"machine: {machine.describe()}")
+        return run_worker(config, console, environ, signals, unified_gpu(machine))
     try:
         prepared, version = preflight(config, console)
         signals.check()
@@ -139,6 +144,7 @@ def serve(config: EntrypointConfig, console: Console, environ: dict[str, str]) -
             signals,
             expected_cluster(prepared.plan),
             lambda: _supervise(config, console, environ, signals, prepared, version),
+            unified_gpu(prepared.machine),
         )
     return _supervise(config, console, environ, signals, prepared, version)
 

@@ -97,6 +97,36 @@ def test_the_head_sees_both_nodes(cluster: dict[str, str]) -> None:
         time.sleep(2)
 
 
+def _in_worker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", "exec", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_a_worker_given_a_link_its_node_lacks_exits_2_naming_what_it_has(
+    cluster: dict[str, str],
+) -> None:
+    """The running worker passed the same checks with its own address (SPARKSERVE_NODE_IP);
+    a second entrypoint in its container, given the head's address or an interface the
+    container lacks, stops before Ray with the container's own names."""
+    worker = f"{PROJECT}-worker-1"
+    listed = _in_worker(worker, "ls", "/sys/class/net")
+    names = sorted(listed.stdout.split())
+    assert listed.returncode == 0 and "lo" in names, listed.stderr
+    wrong_ifname = _in_worker(
+        "-e", "SPARKSERVE_NCCL_SOCKET_IFNAME=enp1s0f1np1", worker, "python3", "-m", "entrypoint"
+    )
+    assert wrong_ifname.returncode == 2, wrong_ifname.stdout + wrong_ifname.stderr
+    assert wrong_ifname.stderr.splitlines()[-1].endswith("interfaces here: " + ", ".join(names))
+    wrong_ip = _in_worker(
+        "-e", f"SPARKSERVE_NODE_IP={HEAD_IP}", worker, "python3", "-m", "entrypoint"
+    )
+    assert wrong_ip.returncode == 2, wrong_ip.stdout + wrong_ip.stderr
+    [line] = wrong_ip.stderr.splitlines()
+    assert f"SPARKSERVE_NODE_IP={HEAD_IP} is not an address of this node" in line
+    assert f"{WORKER_IP} (" in line
+
+
 def test_the_head_killed_the_worker_exits_3_and_says_why(cluster: dict[str, str]) -> None:
     worker = f"{PROJECT}-worker-1"
     since = time.time() - 1

@@ -6,6 +6,8 @@ from budget.options import PlanOptions
 from budget.planner import build_plan
 from entrypoint.config import load_config
 from entrypoint.errors import ConfigError, PreflightError, RayError
+from entrypoint.hardware import HostMemory, detect
+from entrypoint.nvml import GpuReading
 from entrypoint.planning import build_launch
 from entrypoint.ray_cluster import (
     RAY_DRAIN_ENV,
@@ -14,6 +16,7 @@ from entrypoint.ray_cluster import (
     Node,
     drain_outlasts_grace,
     ray_launch,
+    unified_gpu,
     wait_for_cluster,
 )
 from entrypoint.roles import check_role, expected_cluster, for_head
@@ -66,6 +69,70 @@ def test_rays_drain_on_sigterm_is_off_unless_the_user_set_it():
     assert ray_launch(config, {}).env[RAY_DRAIN_ENV] == "0"
     assert "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0" in ray_launch(config, {}).shown()
     assert RAY_DRAIN_ENV not in ray_launch(config, {RAY_DRAIN_ENV: "5"}).env  # theirs is kept
+
+
+MONITOR = "RAY_memory_monitor_refresh_ms"
+STORE = "--object-store-memory"
+
+
+def machine(gpu: str | None):
+    """What NVML reports: GB10 has no memory figures (the host's memory is the GPU's)."""
+    host = HostMemory(128 * 1024**3, 100 * 1024**3, 90 * 1024**3)
+    memory = None if gpu is None or "GB10" in gpu else {"total": 143771 * 1024**2}
+    readings = [GpuReading(0, gpu, memory_bytes=memory)] if gpu else []
+    return detect(readings, read_host=lambda: host)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "uma"), [("NVIDIA GB10", True), ("NVIDIA H200", False), (None, False)]
+)
+def test_only_a_gpu_sharing_the_hosts_memory_counts_as_unified(gpu, uma):
+    """GB10 shares the host's memory; a CPU-only node has no GPU allocations to misread."""
+    assert unified_gpu(machine(gpu)) is uma
+
+
+@pytest.mark.parametrize("role", [WORKER, {"SPARKSERVE_ROLE": "head"}])
+def test_on_unified_memory_rays_memory_monitor_is_off_and_its_store_capped(role):
+    """The monitor counts the GPU's KV pool as the node running out and kills vLLM's ranks."""
+    launch = ray_launch(load_config(role), {}, uma=True)
+    assert launch.env[MONITOR] == "0"
+    assert launch.argv[launch.argv.index(STORE) + 1] == str(1024**3)
+    assert launch.argv[-1] == "--block"
+
+
+def test_on_discrete_memory_ray_keeps_its_monitor_and_store():
+    launch = ray_launch(load_config(WORKER), {}, uma=False)
+    assert MONITOR not in launch.env and STORE not in launch.argv
+
+
+def test_the_users_memory_monitor_and_object_store_are_kept():
+    extra = {"SPARKSERVE_RAY_EXTRA_ARGS": "--object-store-memory=500000000"}
+    launch = ray_launch(load_config({**WORKER, **extra}), {MONITOR: "250"}, uma=True)
+    assert MONITOR not in launch.env  # inherited as the user set it
+    assert [w for w in launch.argv if w.startswith(STORE)] == ["--object-store-memory=500000000"]
+    sized = ray_launch(load_config({**WORKER, "SPARKSERVE_RAY_OBJECT_STORE_MEMORY": "2G"}))
+    assert sized.argv[sized.argv.index(STORE) + 1] == str(2 * 1024**3)
+
+
+def test_the_node_address_goes_to_ray_and_to_vllm(tiny_plan):
+    env = {"SPARKSERVE_NODE_IP": "10.0.0.2", "SPARKSERVE_NCCL_IB_HCA": "=mlx5_0:1"}
+    env["SPARKSERVE_NCCL_IB_GID_INDEX"] = "3"
+    launch = ray_launch(load_config({**WORKER, **env}))
+    assert launch.argv[1:] == (
+        "start", "--address", "10.0.0.1:6379", "--node-ip-address", "10.0.0.2", "--block"
+    )  # fmt: skip
+    for target in (launch.env, build_launch(load_config(env), tiny_plan).env):
+        assert target["VLLM_HOST_IP"] == "10.0.0.2"
+        assert (target["NCCL_IB_HCA"], target["NCCL_IB_GID_INDEX"]) == ("=mlx5_0:1", "3")
+
+
+def test_the_node_address_given_twice_is_refused():
+    env = {
+        "SPARKSERVE_NODE_IP": "10.0.0.2",
+        "SPARKSERVE_RAY_EXTRA_ARGS": "--node-ip-address 10.0.0.3",
+    }
+    with pytest.raises(ConfigError, match="give the address once, in SPARKSERVE_NODE_IP"):
+        ray_launch(load_config({**WORKER, **env}))
 
 
 @pytest.mark.parametrize(
