@@ -57,6 +57,8 @@ class Settings:
     # The speculative decoding (`mtp` above is its K); None with mtp=0.
     speculation: Speculation | None = None
     draft: ModelProfile | None = None  # the drafter's directory (EAGLE, DFlash, draft model)
+    # Off: --disable-hybrid-kv-cache-manager (sliding layers allocated as full attention).
+    hybrid_kv_cache_manager: bool = True
 
     @property
     def draft_method(self) -> str:
@@ -339,4 +341,5 @@ def resolve(
         ),
         speculation=speculation,
         draft=drafter_for(speculation, draft),
+        hybrid_kv_cache_manager=opts.hybrid_kv_cache_manager is not False,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from budget.errors import BudgetError
-from budget.model import FULL_ATTENTION, ModelSpec
+from budget.model import FULL_ATTENTION, LINEAR_ATTENTION, ModelSpec
 
 # Bytes per parameter of each weight format, scales included:
 #   fp8   — one fp32 scale per 128×128 block (block-wise FP8 checkpoints);
@@ -94,8 +94,8 @@ def layer_params(m: ModelSpec, index: int, kind: str) -> LayerParams:
     else:
         dense = _mlp_params(m.hidden_size, m.intermediate_size)
     return LayerParams(
-        attention=_attention_params(m) if kind == FULL_ATTENTION else 0,
-        gdn=_gdn_params(m) if kind != FULL_ATTENTION else 0,
+        attention=_attention_params(m) if kind != LINEAR_ATTENTION else 0,
+        gdn=_gdn_params(m) if kind == LINEAR_ATTENTION else 0,
         dense_mlp=dense,
         routed_experts=routed,
         shared_experts=shared,
