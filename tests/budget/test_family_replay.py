@@ -125,3 +125,15 @@ def test_as_full_attention_everywhere_the_prediction_would_be_wrong(
     as if its sliding layers kept every token misses what vLLM logged."""
     plan = plan_json([*planner_args(path, tmp_path), "--hybrid-kv-cache-manager", "off"], capsys)
     assert plan["kv_cache_tokens"] != observed(path).kv_cache_tokens
+
+
+def test_the_window_is_counted_as_config_json_gives_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At the window's edge (W - 1 + chunk = 4 blocks exactly), one token more of window
+    would take a fifth block per sliding group: the replay pins W, not W ± 1."""
+    path = FIXTURES / "gemma3-no-prefix-window-edge_cpu_v0.32.0.log"
+    config = json.loads(header(path)["config"])
+    wider = dict(config, sliding_window=config["sliding_window"] + 1)
+    plan = plan_json(planner_args(path, tmp_path, wider), capsys)
+    assert plan["kv_cache_tokens"] != observed(path).kv_cache_tokens
