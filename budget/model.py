@@ -24,7 +24,8 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 _SUPPORTED_LAYER_TYPES = {FULL_ATTENTION, LINEAR_ATTENTION, SLIDING_ATTENTION}
 # vllm 0.32 model_executor/models/gpt_oss.py `_build_attention`: "Only apply sliding
 # window to every other layer" — layer i slides iff i is even; config's layer_types unread.
-_EVEN_LAYERS_SLIDE = ("GptOssForCausalLM",)
+_GPT_OSS = ("GptOssForCausalLM",)
+_EVEN_LAYERS_SLIDE = _GPT_OSS
 # transformers' Gemma3TextConfig: without layer_types, layer i is full attention iff
 # (i + 1) % sliding_window_pattern == 0; the pattern defaults to 6.
 _PATTERN_ARCHITECTURES = ("Gemma3ForCausalLM",)
@@ -63,6 +64,8 @@ class MoESpec:
     shared_expert_intermediate_size: int
     sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
+    # gpt-oss: a bias per expert output (gate_up 2·I, down H) and on the router.
+    expert_bias: bool = False
 
     def is_moe_layer(self, index: int) -> bool:
         return index not in self.mlp_only_layers and (index + 1) % self.sparse_step == 0
@@ -96,6 +99,8 @@ class ModelSpec:
     context: ContextLimit | None = None
     # Tokens a sliding_attention layer attends to (config.json's sliding_window).
     sliding_window: int | None = None
+    attention_bias: bool = False  # q/k/v/o biases (config.json's attention_bias)
+    attention_sinks: bool = False  # gpt-oss: one learned sink logit per head and layer
 
     @property
     def context_limit(self) -> ContextLimit:
@@ -208,7 +213,7 @@ def _gdn(cfg: dict[str, Any], source: str) -> GDNSpec:
     )
 
 
-def _moe(cfg: dict[str, Any], source: str) -> MoESpec | None:
+def _moe(cfg: dict[str, Any], source: str, architecture: str) -> MoESpec | None:
     experts = cfg.get("num_experts", cfg.get("num_local_experts", cfg.get("n_routed_experts")))
     if not experts:
         return None
@@ -220,6 +225,7 @@ def _moe(cfg: dict[str, Any], source: str) -> MoESpec | None:
         shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
         sparse_step=int(cfg.get("decoder_sparse_step") or 1),
         mlp_only_layers=tuple(int(i) for i in cfg.get("mlp_only_layers") or ()),
+        expert_bias=architecture in _GPT_OSS,
     )
 
 
@@ -241,7 +247,13 @@ def quantization_method(config: dict[str, Any]) -> str | None:
 
 # quant_method → the planner's weight format, for a directory without safetensors
 # (with them, the headers give the bytes); ModelOpt names its algorithm in quant_algo.
-_FORMAT_OF_METHOD = {"fp8": "fp8", "awq": "int4", "gptq": "int4", "auto-round": "int4"}
+_FORMAT_OF_METHOD = {
+    "fp8": "fp8",
+    "awq": "int4",
+    "gptq": "int4",
+    "auto-round": "int4",
+    "mxfp4": "mxfp4",
+}
 _FORMAT_OF_MODELOPT_ALGO = {"FP8": "fp8", "NVFP4": "nvfp4"}
 
 
@@ -288,7 +300,7 @@ def model_from_config(
         max_position_embeddings=_positive_int(cfg, "max_position_embeddings", source),
         attn_output_gate=bool(cfg.get("attn_output_gate", has_gdn)),
         gdn=_gdn(cfg, source) if has_gdn else None,
-        moe=_moe(cfg, source),
+        moe=_moe(cfg, source, str(archs[0])),
         mtp_layers=int(
             cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0
         ),
@@ -298,4 +310,6 @@ def model_from_config(
         quantization_format=quantization_format(config),
         context=context_limit(cfg, tokenizer_max_length),
         sliding_window=_positive_int(cfg, "sliding_window", source) if slides else None,
+        attention_bias=bool(cfg.get("attention_bias", False)),
+        attention_sinks=str(archs[0]) in _GPT_OSS,
     )
