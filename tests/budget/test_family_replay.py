@@ -25,6 +25,8 @@ HEADER_PREFIX = "# "
 PADDING_LINE = re.compile(r"(Add \d+ padding layers, .*)$")
 # kv_cache_utils.py `unify_hybrid_kv_cache_specs` warns when it promotes sliding layers.
 MANAGER_OFF_LINE = "Hybrid KV cache manager is disabled for this hybrid model"
+# kv_cache_utils.py `resolve_kv_cache_block_sizes`: each group's block, with more than one.
+GROUP_SIZES_LINE = re.compile(r"kv cache group sizes \(([\d, ]+)\)")
 
 
 def header(path: Path) -> dict[str, str]:
@@ -101,6 +103,9 @@ def test_logged_tokens_concurrency_and_padding(
     layout = plan["kv_layout"]
     assert isinstance(layout, dict)
     assert layout["log_lines"] == padding_lines(path)
+    groups = GROUP_SIZES_LINE.search(path.read_text())
+    logged = tuple(int(b) for b in groups.group(1).split(",")) if groups else (plan["block_size"],)
+    assert logged == (plan["block_size"],) * int(layout["num_groups"])
 
 
 @pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
