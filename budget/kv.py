@@ -327,6 +327,12 @@ def _hybrid_layout(
     model: KVModel, settings: KVSettings, kv_heads: int, per_token: int, draft: DraftKV
 ) -> KVLayout:
     """Qwen3-Next style: full-attention layers + GDN layers sharing one page size."""
+    _require(
+        settings.hybrid_kv_cache_manager,
+        "hybrid_kv_cache_manager=off with Gated-DeltaNet layers: vLLM refuses to start "
+        "(kv_cache_utils.py: the KV cache specs cannot be converted to one unified type); "
+        "leave the hybrid KV cache manager on",
+    )
     align = settings.prefix_caching  # MambaModelConfig: prefix caching => "align"
     checkpoint = (
         align

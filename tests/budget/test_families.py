@@ -150,3 +150,16 @@ def test_a_gpt_oss_config_plans_sliding_layers_on_even_indices(
         assert main([*args, "--json"]) in (0, 1)
         plans.append(json.loads(capsys.readouterr().out)["kv_layout"])
     assert plans[0] == plans[1]
+
+
+def test_the_hybrid_manager_off_is_refused_for_a_gdn_hybrid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM cannot allocate mamba-type state without the hybrid KV cache manager: it
+    raises at start-up (0.24: "Hybrid KV cache manager is disabled but failed to convert
+    the KV cache specs to one unified type."; 0.32: "Failed to promote local KV cache
+    specs to one unified type."), so the planner refuses before anything starts."""
+    args = ["plan", "--model", _model_dir(tmp_path, QWEN3_NEXT), "--hardware", "dgx-spark"]
+    assert main([*args, "--hybrid-kv-cache-manager", "off"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unified type" in err
