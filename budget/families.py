@@ -91,6 +91,12 @@ def _mamba_fields(cfg: dict[str, Any]) -> list[str]:
     return [key for key in _MAMBA_FIELDS if cfg.get(key) is not None]
 
 
+def _gdn_layers(cfg: dict[str, Any]) -> bool:
+    """Gated-DeltaNet layers: vLLM builds them only in the Qwen3-Next / Qwen3.5 models."""
+    layer_types = cfg.get("layer_types") or ()
+    return "full_attention_interval" in cfg or "linear_attention" in layer_types
+
+
 def _whole_model_window(cfg: dict[str, Any]) -> bool:
     """`sliding_window` with no per-layer kinds: vLLM slides every layer (the attention
     layer falls back to `cache_config.sliding_window`) unless `use_sliding_window` is off."""
@@ -109,6 +115,8 @@ def check_family(architecture: str, cfg: dict[str, Any], source: str) -> None:
         raise _refuse(source, f"a {architecture!r} config with Mamba/SSM fields ({mamba[0]!r})")
     if architecture not in SUPPORTED:
         raise _refuse(source, f"architecture {architecture!r}")
+    if _gdn_layers(cfg) and architecture not in FAMILIES["Gated-DeltaNet hybrids"]:
+        raise _refuse(source, f"Gated-DeltaNet layers under architecture {architecture!r}")
     if cfg.get("kv_lora_rank") is not None:
         raise _refuse(source, "multi-head latent attention ('kv_lora_rank')")
     if cfg.get("attention_chunk_size") is not None:

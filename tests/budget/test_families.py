@@ -103,6 +103,10 @@ REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
         "sliding_window=4096 on every layer",
         {**BASE, "architectures": ["MistralForCausalLM"], "sliding_window": 4096},
     ),
+    "gdn-layers-under-a-qwen3-moe-name": (
+        "Gated-DeltaNet layers under architecture 'Qwen3MoeForCausalLM'",
+        config_for("hybrid") | {"architectures": ["Qwen3MoeForCausalLM"]},
+    ),
     "gemma3-multimodal": (
         "Gemma3ForConditionalGeneration",
         {"architectures": ["Gemma3ForConditionalGeneration"], "text_config": config_for("gemma3")},
