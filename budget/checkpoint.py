@@ -36,6 +36,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"(^|\.)lm_head\.", "lm_head"),
         (r"\.linear_attn\.", "gdn"),
         (r"\.experts\.", "routed_experts"),
+        (r"\.mlp\.router\.", "router"),  # gpt-oss
         (r"\.shared_experts?_gate\.", "router"),
         (r"\.shared_experts?\.", "shared_experts"),
         (r"\.gate\.", "router"),

@@ -34,6 +34,8 @@ def vllm_args(plan: Plan) -> list[str]:
         args += ["--kv-cache-dtype", s.kv_cache_dtype]
     if s.block_size is not None:
         args += ["--block-size", str(s.block_size)]
+    if not s.hybrid_kv_cache_manager:
+        args.append("--disable-hybrid-kv-cache-manager")
     args += _memory_args(plan)
     if s.speculation is not None:
         args += ["--speculative-config", s.speculation.to_json()]
@@ -79,6 +81,8 @@ def env_lines(plan: Plan) -> list[str]:
         "CUDAGRAPH_MODE": s.cudagraph_mode,
         "PREFIX_CACHING": "on" if s.prefix_caching else "off",
     }
+    if not s.hybrid_kv_cache_manager:
+        values["HYBRID_KV_CACHE_MANAGER"] = "off"
     if s.nodes > 1:  # scale-out inputs (issue 4); absent on one node
         values.update(PP=s.pp, NODES=s.nodes)
     if plan.kv_mode != "utilization":

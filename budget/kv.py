@@ -29,6 +29,12 @@ from budget.kv_mamba import (
     gdn_state,
     mamba_blocks_per_request,
 )
+from budget.kv_sliding import (
+    concurrent_batches,
+    sliding_blocks_per_request,
+    sliding_groups,
+    window_tokens,
+)
 from budget.vllm_rules import DEFAULT_CHOICE, VLLMRules
 
 DEFAULT_RULES = DEFAULT_CHOICE.rules  # the vLLM the amd64 image pins
@@ -81,13 +87,23 @@ class KVModel:
     draft_head_dim: int = 0
     # False for proposers without a model of their own (n-gram, suffix): no KV layers.
     drafter_has_kv: bool = True
+    # sliding_attention layers (gpt-oss, Gemma 3) and the tokens their window covers.
+    num_sliding_layers: int = 0
+    sliding_window: int = 0
 
     def __post_init__(self) -> None:
-        _require_min(self, _MODEL_POSITIVE_FIELDS, 1)
-        _require_min(self, ("num_gdn_layers", "mtp_layers"), 0)
+        _require_min(self, _MODEL_POSITIVE_FIELDS[1:], 1)
+        _require_min(self, ("num_attention_layers",), 0 if self.num_sliding_layers else 1)
+        _require_min(self, ("num_gdn_layers", "mtp_layers", "num_sliding_layers"), 0)
         _require_min(self, ("draft_num_kv_heads", "draft_head_dim"), 0)
         if self.num_gdn_layers:
             _require_min(self, _GDN_FIELDS, 1, " for a GDN hybrid")
+        if self.num_sliding_layers:
+            _require_min(self, ("sliding_window",), 1, " for sliding-window layers")
+            _require(
+                not self.num_gdn_layers,
+                "sliding-window layers beside Gated-DeltaNet layers are not modelled",
+            )
 
 
 @dataclass(frozen=True)
@@ -109,6 +125,13 @@ class KVSettings:
     # float32 (unless --mamba-ssm-cache-dtype bfloat16/float16 is given).
     cpu_avx512_bf16: bool = False
     rules: VLLMRules = DEFAULT_RULES  # which vLLM release's arithmetic (budget/vllm_rules.py)
+    # What sliding-window layers hold per request: the prefill chunk, how many batches
+    # are in flight (async scheduling: CUDA's default; off on CPU), the pipeline stages.
+    max_num_batched_tokens: int = 0
+    async_scheduling: bool = False
+    pp: int = 1
+    # --disable-hybrid-kv-cache-manager: sliding layers are allocated as full attention.
+    hybrid_kv_cache_manager: bool = True
 
     def __post_init__(self) -> None:
         _require(self.device in DEVICES, f"device={self.device!r}; must be one of cuda, cpu")
@@ -152,6 +175,9 @@ class KVLayout:
     target_block_size: int = 0
     num_draft_groups: int = 0
     draft_block_size: int = 0
+    # Sliding-window groups and the tokens each holds per request before min(…, L).
+    num_sliding_groups: int = 0
+    sliding_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -213,6 +239,8 @@ def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
     attention_layers = _attention_layers(model, settings)
     draft_layers = attention_layers - model.num_attention_layers
     draft_per_token = _draft_per_token(model, settings, per_token)
+    if model.num_sliding_layers:
+        return _sliding_layout(model, settings, kv_heads, per_token)
     if not model.num_gdn_layers:
         block_size = start_block_size(settings.device, settings.block_size)
         page = block_size * per_token
@@ -238,6 +266,47 @@ def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
     return _hybrid_layout(model, settings, kv_heads, per_token, draft)
 
 
+def _sliding_layout(
+    model: KVModel, settings: KVSettings, kv_heads: int, per_token: int
+) -> KVLayout:
+    """Sliding-window and full-attention layers of one page (budget/kv_sliding.py)."""
+    _require(
+        not settings.mtp_k,
+        f"mtp_k={settings.mtp_k}: speculative decoding beside sliding-window layers is "
+        "not modelled",
+    )
+    block_size = start_block_size(settings.device, settings.block_size)
+    groups = sliding_groups(
+        model.num_attention_layers, model.num_sliding_layers, settings.hybrid_kv_cache_manager
+    )
+    batches = concurrent_batches(async_scheduling=settings.async_scheduling, pp=settings.pp)
+    page = block_size * per_token
+    layout = KVLayout(
+        block_size=block_size,
+        attention_page_bytes=page,
+        mamba_page_bytes=0,
+        page_bytes=page,
+        num_groups=groups.num_full_groups + groups.num_sliding_groups,
+        group_size=groups.group_size,
+        padding_layers=groups.padding_layers,
+        bytes_per_block=groups.layers_per_block * page,
+        blocks_per_request=0,
+        log_lines=groups.log_lines,
+        num_attention_groups=groups.num_full_groups,
+        kv_heads_per_rank=kv_heads,
+        attention_layers=model.num_attention_layers + model.num_sliding_layers,
+        kv_tokens_per_group=settings.rules.kv_tokens_per_group,
+        num_sliding_groups=groups.num_sliding_groups,
+        sliding_tokens=window_tokens(
+            sliding_window=model.sliding_window,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            batches=batches,
+            in_flight_rule=settings.rules.sliding_window_in_flight_batches,
+        ),
+    )
+    return replace(layout, blocks_per_request=blocks_per_request(layout, settings.max_model_len))
+
+
 def _model_gdn_state(model: KVModel, settings: KVSettings) -> GDNState:
     """The GDN state per layer and slot on one rank (K spec tokens widen the conv)."""
     cpu_fp32_ssm = settings.device == "cpu" and settings.cpu_avx512_bf16
@@ -258,6 +327,12 @@ def _hybrid_layout(
     model: KVModel, settings: KVSettings, kv_heads: int, per_token: int, draft: DraftKV
 ) -> KVLayout:
     """Qwen3-Next style: full-attention layers + GDN layers sharing one page size."""
+    _require(
+        settings.hybrid_kv_cache_manager,
+        "hybrid_kv_cache_manager=off with Gated-DeltaNet layers: vLLM refuses to start "
+        "(kv_cache_utils.py: the KV cache specs cannot be converted to one unified type); "
+        "leave the hybrid KV cache manager on",
+    )
     align = settings.prefix_caching  # MambaModelConfig: prefix caching => "align"
     checkpoint = (
         align
@@ -322,6 +397,10 @@ def blocks_per_request(layout: KVLayout, max_model_len: int) -> int:
     )
     if layout.num_draft_groups:
         attention += layout.num_draft_groups * _cdiv(max_model_len, layout.draft_block_size)
+    if layout.num_sliding_groups:
+        attention += layout.num_sliding_groups * sliding_blocks_per_request(
+            layout.sliding_tokens, max_model_len, layout.block_size
+        )
     return attention + layout.num_mamba_groups * layout.mamba_blocks_per_group
 
 

@@ -1,9 +1,9 @@
 """Read a Hugging Face `config.json` (flat or under `text_config`) into a ModelSpec.
 
-Supported: Llama/Qwen2/Qwen3 dense, Qwen3-MoE, Qwen3-Next and Qwen3.5 hybrids
-(Gated-DeltaNet + full attention, MTP head), and any architecture with the
-same attention kinds.  Unknown layer kinds or missing fields are a BudgetError
-naming the field.
+Supported: the families of budget/families.py (Llama/Qwen2/Qwen3 dense, Qwen3-MoE,
+Qwen3-Next and Qwen3.5 hybrids with their MTP head, gpt-oss and Gemma 3 text with
+sliding-window layers, EAGLE/DFlash drafters).  Other architectures, unknown layer
+kinds or missing fields are a BudgetError naming them.
 """
 
 from __future__ import annotations
@@ -13,13 +13,23 @@ from typing import Any
 
 from budget.context import ContextLimit, context_limit
 from budget.errors import BudgetError
+from budget.families import check_family
 
 FULL_ATTENTION = "full_attention"
 LINEAR_ATTENTION = "linear_attention"
+SLIDING_ATTENTION = "sliding_attention"
 # torch dtype names in config.json → bytes per element.
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 # Keys whose presence we understand but that change no byte we size.
-_SUPPORTED_LAYER_TYPES = {FULL_ATTENTION, LINEAR_ATTENTION}
+_SUPPORTED_LAYER_TYPES = {FULL_ATTENTION, LINEAR_ATTENTION, SLIDING_ATTENTION}
+# vllm 0.32 model_executor/models/gpt_oss.py `_build_attention`: "Only apply sliding
+# window to every other layer" — layer i slides iff i is even; config's layer_types unread.
+_GPT_OSS = ("GptOssForCausalLM",)
+_EVEN_LAYERS_SLIDE = _GPT_OSS
+# transformers' Gemma3TextConfig: without layer_types, layer i is full attention iff
+# (i + 1) % sliding_window_pattern == 0; the pattern defaults to 6.
+_PATTERN_ARCHITECTURES = ("Gemma3ForCausalLM",)
+GEMMA3_DEFAULT_PATTERN = 6
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,8 @@ class MoESpec:
     shared_expert_intermediate_size: int
     sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
+    # gpt-oss: a bias per expert output (gate_up 2·I, down H) and on the router.
+    expert_bias: bool = False
 
     def is_moe_layer(self, index: int) -> bool:
         return index not in self.mlp_only_layers and (index + 1) % self.sparse_step == 0
@@ -85,6 +97,10 @@ class ModelSpec:
     quantization_format: str | None = None  # its planner weight format (fp8, nvfp4, int4)
     # The longest max_model_len vLLM accepts (budget/context.py); None = max_position_embeddings.
     context: ContextLimit | None = None
+    # Tokens a sliding_attention layer attends to (config.json's sliding_window).
+    sliding_window: int | None = None
+    attention_bias: bool = False  # q/k/v/o biases (config.json's attention_bias)
+    attention_sinks: bool = False  # gpt-oss: one learned sink logit per head and layer
 
     @property
     def context_limit(self) -> ContextLimit:
@@ -97,6 +113,10 @@ class ModelSpec:
     @property
     def num_full_attention_layers(self) -> int:
         return self.layer_types.count(FULL_ATTENTION)
+
+    @property
+    def num_sliding_layers(self) -> int:
+        return self.layer_types.count(SLIDING_ATTENTION)
 
     @property
     def num_gdn_layers(self) -> int:
@@ -144,7 +164,11 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _layer_types(cfg: dict[str, Any], num_layers: int, source: str) -> tuple[str, ...]:
+def _layer_types(
+    cfg: dict[str, Any], num_layers: int, source: str, architecture: str
+) -> tuple[str, ...]:
+    if architecture in _EVEN_LAYERS_SLIDE:
+        return tuple(SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(num_layers))
     if "layer_types" in cfg and cfg["layer_types"] is not None:
         types = tuple(str(t) for t in cfg["layer_types"])
         if len(types) != num_layers:
@@ -159,6 +183,13 @@ def _layer_types(cfg: dict[str, Any], num_layers: int, source: str) -> tuple[str
                 f"supported: {', '.join(sorted(_SUPPORTED_LAYER_TYPES))}"
             )
         return types
+    if architecture in _PATTERN_ARCHITECTURES:
+        pattern = _optional_positive_int(cfg, "sliding_window_pattern", source)
+        pattern = pattern or GEMMA3_DEFAULT_PATTERN
+        return tuple(
+            FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING_ATTENTION
+            for i in range(num_layers)
+        )
     if "full_attention_interval" in cfg:
         interval = _positive_int(cfg, "full_attention_interval", source)
         return tuple(
@@ -182,7 +213,7 @@ def _gdn(cfg: dict[str, Any], source: str) -> GDNSpec:
     )
 
 
-def _moe(cfg: dict[str, Any], source: str) -> MoESpec | None:
+def _moe(cfg: dict[str, Any], source: str, architecture: str) -> MoESpec | None:
     experts = cfg.get("num_experts", cfg.get("num_local_experts", cfg.get("n_routed_experts")))
     if not experts:
         return None
@@ -194,6 +225,7 @@ def _moe(cfg: dict[str, Any], source: str) -> MoESpec | None:
         shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
         sparse_step=int(cfg.get("decoder_sparse_step") or 1),
         mlp_only_layers=tuple(int(i) for i in cfg.get("mlp_only_layers") or ()),
+        expert_bias=architecture in _GPT_OSS,
     )
 
 
@@ -215,7 +247,13 @@ def quantization_method(config: dict[str, Any]) -> str | None:
 
 # quant_method → the planner's weight format, for a directory without safetensors
 # (with them, the headers give the bytes); ModelOpt names its algorithm in quant_algo.
-_FORMAT_OF_METHOD = {"fp8": "fp8", "awq": "int4", "gptq": "int4", "auto-round": "int4"}
+_FORMAT_OF_METHOD = {
+    "fp8": "fp8",
+    "awq": "int4",
+    "gptq": "int4",
+    "auto-round": "int4",
+    "mxfp4": "mxfp4",
+}
 _FORMAT_OF_MODELOPT_ALGO = {"FP8": "fp8", "NVFP4": "nvfp4"}
 
 
@@ -243,8 +281,10 @@ def model_from_config(
     num_layers = _positive_int(cfg, "num_hidden_layers", source)
     hidden = _positive_int(cfg, "hidden_size", source)
     heads = _positive_int(cfg, "num_attention_heads", source)
-    layer_types = _layer_types(cfg, num_layers, source)
+    check_family(str(archs[0]), cfg, source)
+    layer_types = _layer_types(cfg, num_layers, source, str(archs[0]))
     has_gdn = LINEAR_ATTENTION in layer_types
+    slides = SLIDING_ATTENTION in layer_types
     return ModelSpec(
         name=name,
         architecture=str(archs[0]),
@@ -260,7 +300,7 @@ def model_from_config(
         max_position_embeddings=_positive_int(cfg, "max_position_embeddings", source),
         attn_output_gate=bool(cfg.get("attn_output_gate", has_gdn)),
         gdn=_gdn(cfg, source) if has_gdn else None,
-        moe=_moe(cfg, source),
+        moe=_moe(cfg, source, str(archs[0])),
         mtp_layers=int(
             cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0
         ),
@@ -269,4 +309,7 @@ def model_from_config(
         quantization=quantization_method(config),
         quantization_format=quantization_format(config),
         context=context_limit(cfg, tokenizer_max_length),
+        sliding_window=_positive_int(cfg, "sliding_window", source) if slides else None,
+        attention_bias=bool(cfg.get("attention_bias", False)),
+        attention_sinks=str(archs[0]) in _GPT_OSS,
     )

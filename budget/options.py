@@ -244,6 +244,15 @@ class PlanOptions:
             parsers.switch, "Automatic prefix caching. Unset: on (vLLM's default).", "on|off"
         ),
     )
+    hybrid_kv_cache_manager: bool | None = field(
+        default=None,
+        metadata=_declare(
+            parsers.switch,
+            "vLLM's hybrid KV cache manager (off = --disable-hybrid-kv-cache-manager: "
+            "sliding-window layers keep every token). Unset: on (vLLM's default).",
+            "on|off",
+        ),
+    )
     kv_cache_memory_bytes: int | None = field(
         default=None,
         metadata=_declare(

@@ -138,6 +138,8 @@ def kv_model(
         draft_num_kv_heads=drafter.num_kv_heads if drafter else 0,
         draft_head_dim=drafter.head_dim if drafter else 0,
         drafter_has_kv=method not in MODEL_FREE_METHODS,
+        num_sliding_layers=-(-m.num_sliding_layers // pp),
+        sliding_window=m.sliding_window or 0,
     )
 
 
@@ -155,7 +157,17 @@ def kv_settings(s: Settings, key_head_dim: int = 0) -> KVSettings:
         and flashinfer_gdn_prefill(s.hardware.sm, key_head_dim, s.gdn_prefill_backend),
         cpu_avx512_bf16=s.device == "cpu" and s.hardware.cpu_avx512_bf16,
         rules=s.vllm.rules,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        async_scheduling=_async_scheduling(s),
+        pp=s.pp,
+        hybrid_kv_cache_manager=s.hybrid_kv_cache_manager,
     )
+
+
+def _async_scheduling(s: Settings) -> bool:
+    """config/vllm.py: on by default, except on CPU (platforms/cpu.py turns it off) and
+    with a proposer outside EAGLE/MTP/draft model/DFlash (n-gram and suffix here)."""
+    return s.device == "cuda" and not (s.speculation and s.draft_method in MODEL_FREE_METHODS)
 
 
 def _usable(s: Settings, comps: Components, util: float | None) -> int:

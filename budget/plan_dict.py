@@ -68,6 +68,7 @@ def _settings(plan: Plan) -> dict[str, Any]:
         "draft_vocab_rows": s.draft_vocab_rows,
         "weight_formats": dict(s.formats),
         "gdn_prefill_backend": s.gdn_prefill_backend,
+        "hybrid_kv_cache_manager": s.hybrid_kv_cache_manager,
     }
 
 
@@ -80,5 +81,7 @@ def _layout(plan: Plan) -> dict[str, Any]:
         "padding_layers": layout.padding_layers,
         "blocks_per_request": layout.blocks_per_request,
         "num_blocks": plan.capacity.num_blocks,
+        "num_sliding_groups": layout.num_sliding_groups,
+        "sliding_tokens": layout.sliding_tokens,
         "log_lines": list(layout.log_lines),
     }

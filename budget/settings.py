@@ -19,7 +19,7 @@ from budget.options import (
 from budget.profiles import GiB, Hardware, ModelProfile, load_hardware
 from budget.speculative import Speculation
 from budget.vllm_rules import DEFAULT_CHOICE, RuleChoice, choose_rules
-from budget.weights import COMPONENTS, check_format
+from budget.weights import COMPONENTS, QUANTIZED_COMPONENTS, check_format
 
 # vllm/engine/arg_utils.py `get_batch_defaults` (OpenAI server): (batched tokens, seqs).
 CPU_DEFAULTS = (2048, 128)
@@ -57,6 +57,8 @@ class Settings:
     # The speculative decoding (`mtp` above is its K); None with mtp=0.
     speculation: Speculation | None = None
     draft: ModelProfile | None = None  # the drafter's directory (EAGLE, DFlash, draft model)
+    # Off: --disable-hybrid-kv-cache-manager (sliding layers allocated as full attention).
+    hybrid_kv_cache_manager: bool = True
 
     @property
     def draft_method(self) -> str:
@@ -153,12 +155,17 @@ def _batch_defaults(device: str, hw: Hardware) -> tuple[int, int]:
     return GPU_70G_DEFAULTS if hw.memory_bytes >= 70 * GiB else GPU_SMALL_DEFAULTS
 
 
+def _partial_formats(fmt: str, quantized: tuple[str, ...]) -> dict[str, str]:
+    return {comp: fmt if comp in quantized else "bf16" for comp in (*COMPONENTS, "mtp")}
+
+
 def _formats(opts: PlanOptions, profile: ModelProfile) -> dict[str, str]:
-    one_for_all = (
-        opts.weights_dtype
-        or profile.serving.get("weights_dtype")
-        or profile.spec.quantization_format
-    )
+    one_for_all = opts.weights_dtype or profile.serving.get("weights_dtype")
+    checkpoint = profile.spec.quantization_format
+    if one_for_all is None and checkpoint in QUANTIZED_COMPONENTS:
+        # quantization_config names the quantized components (gpt-oss: the experts).
+        return _partial_formats(str(checkpoint), QUANTIZED_COMPONENTS[str(checkpoint)])
+    one_for_all = one_for_all or checkpoint
     if one_for_all is not None:
         check_format(str(one_for_all), "weights_dtype")
     formats: dict[str, str] = {}
@@ -339,4 +346,5 @@ def resolve(
         ),
         speculation=speculation,
         draft=drafter_for(speculation, draft),
+        hybrid_kv_cache_manager=opts.hybrid_kv_cache_manager is not False,
     )

@@ -40,6 +40,11 @@ class VLLMRules:
     # qwen_gdn_linear_attn.py): in align mode with FlashInfer's GDN prefill the block is
     # lcm(…, 64) and each GDN group keeps one prefill-checkpoint block more per request.
     flashinfer_gdn_checkpoint: bool
+    # v1/kv_cache_interface.py `SlidingWindowSpec.max_admission_blocks_per_request`
+    # (0.26+): a sliding layer holds `sliding_window - 1 + max_in_flight_tokens` tokens,
+    # `max_concurrent_batches × max_num_batched_tokens` (2 batches with async
+    # scheduling); 0.20.1-0.25.1: `sliding_window - 1 + max_num_batched_tokens`.
+    sliding_window_in_flight_batches: bool
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -49,6 +54,7 @@ class VLLMRules:
             "capacity_names_device": self.capacity_names_device,
             "hybrid_prefix_caching_default": self.hybrid_prefix_caching_default,
             "flashinfer_gdn_checkpoint": self.flashinfer_gdn_checkpoint,
+            "sliding_window_in_flight_batches": self.sliding_window_in_flight_batches,
         }
 
 
@@ -57,14 +63,14 @@ def _rules(name: str, first: tuple[int, int, int], *flags: bool) -> VLLMRules:
 
 
 # Oldest first; flags in field order: per-group tokens, one line, device name,
-# hybrid prefix caching by default, FlashInfer GDN checkpoint.
+# hybrid prefix caching by default, FlashInfer GDN checkpoint, sliding window in flight.
 RULE_SETS: tuple[VLLMRules, ...] = (
-    _rules("0.20.0", (0, 20, 0), True, False, False, False, False),
-    _rules("0.20.1-0.25", (0, 20, 1), False, False, False, False, False),
-    _rules("0.26-0.27", (0, 26, 0), False, False, False, True, False),
-    _rules("0.28-0.29", (0, 28, 0), False, True, False, True, False),
-    _rules("0.30-0.32", (0, 30, 0), False, True, True, True, False),
-    _rules("0.33-0.34", (0, 33, 0), False, True, True, True, True),
+    _rules("0.20.0", (0, 20, 0), True, False, False, False, False, False),
+    _rules("0.20.1-0.25", (0, 20, 1), False, False, False, False, False, False),
+    _rules("0.26-0.27", (0, 26, 0), False, False, False, True, False, True),
+    _rules("0.28-0.29", (0, 28, 0), False, True, False, True, False, True),
+    _rules("0.30-0.32", (0, 30, 0), False, True, True, True, False, True),
+    _rules("0.33-0.34", (0, 33, 0), False, True, True, True, True, True),
 )
 LAST_KNOWN = (0, 34)  # (major, minor) of the newest release read
 # setuptools-scm's version for a checkout without release tags (a vLLM built from source,

@@ -16,6 +16,11 @@ from budget.weights import FORMAT_BYTES_PER_PARAM, main_model_params, mtp_params
 FROM_HEADERS = "exact: checkpoint headers"
 FROM_PARAMS = "exact: parameter count × format"
 REPLICATED = ("router", "norms")
+# What a parameter-count figure assumes about a format without headers to read.
+FORMAT_ASSUMPTIONS = {
+    "mxfp4": "MXFP4 = 4-bit E2M1 values + one E8M0 scale byte per 32 = 4.25 bits; as in "
+    "gpt-oss's checkpoint, attention, router, expert biases, embeddings and lm_head bf16",
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,11 @@ def _from_params(m: ModelSpec, s: Settings) -> dict[str, int]:
     return out
 
 
+def _params_note(fmt: str | None) -> str:
+    assumption = FORMAT_ASSUMPTIONS.get(fmt or "")
+    return f"{FROM_PARAMS} ({assumption})" if assumption else FROM_PARAMS
+
+
 def _mtp_from_params(profile: ModelProfile, s: Settings) -> tuple[int, str]:
     if "mtp_bytes" in profile.weights:
         mtp = -(-int(profile.weights["mtp_bytes"]) // s.tp)
@@ -59,7 +69,7 @@ def _mtp_from_params(profile: ModelProfile, s: Settings) -> tuple[int, str]:
 
 def _params_sizes(profile: ModelProfile, s: Settings) -> WeightSizes:
     sizes = _from_params(profile.spec, s)
-    notes = {name: FROM_PARAMS for name in sizes}
+    notes = {name: _params_note(s.formats.get(name.removeprefix("weights."))) for name in sizes}
     if s.mtp and s.draft_method == "mtp":
         sizes["mtp_module"], notes["mtp_module"] = _mtp_from_params(profile, s)
     return WeightSizes(sizes, notes, {"kind": "parameter count × format"})

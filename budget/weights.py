@@ -11,19 +11,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from budget.errors import BudgetError
-from budget.model import FULL_ATTENTION, ModelSpec
+from budget.model import FULL_ATTENTION, LINEAR_ATTENTION, ModelSpec, MoESpec
 
 # Bytes per parameter of each weight format, scales included:
 #   fp8   — one fp32 scale per 128×128 block (block-wise FP8 checkpoints);
 #   nvfp4 — 4-bit values + one fp8 scale per 16 values (+ a global fp32 scale);
-#   int4  — AWQ/GPTQ style: 4-bit values + fp16 scale and 4-bit zero per group of 128.
+#   int4  — AWQ/GPTQ style: 4-bit values + fp16 scale and 4-bit zero per group of 128;
+#   mxfp4 — OCP microscaling: 4-bit E2M1 values + one E8M0 (1-byte) scale per 32 values
+#           = 4.25 bits (gpt-oss's `*_blocks` / `*_scales` tensors).
 FORMAT_BYTES_PER_PARAM: dict[str, float] = {
     "bf16": 2.0,
     "fp16": 2.0,
     "fp8": 1.0 + 4 / (128 * 128),
     "nvfp4": 0.5 + 1 / 16,
     "int4": 0.5 + (2 + 0.5) / 128,
+    "mxfp4": 0.5 + 1 / 32,
 }
+# Formats a checkpoint's quantization_config applies to some components only; the rest
+# stay bf16. gpt-oss (huggingface.co/openai/gpt-oss-120b config.json
+# `modules_to_not_convert`: self_attn, mlp.router, embed_tokens, lm_head): only the
+# experts' weight matrices are MXFP4; their biases are bf16 tensors of their own.
+QUANTIZED_COMPONENTS: dict[str, tuple[str, ...]] = {"mxfp4": ("routed_experts",)}
 COMPONENTS = (
     "attention",
     "gdn",
@@ -50,7 +58,10 @@ def _attention_params(m: ModelSpec) -> int:
     q_out = m.num_attention_heads * m.head_dim * (2 if m.attn_output_gate else 1)
     kv_out = 2 * m.num_kv_heads * m.head_dim
     o_in = m.num_attention_heads * m.head_dim
-    return m.hidden_size * (q_out + kv_out) + o_in * m.hidden_size + 2 * m.head_dim
+    biases = q_out + kv_out + m.hidden_size if m.attention_bias else 0
+    sinks = m.num_attention_heads if m.attention_sinks else 0
+    weights = m.hidden_size * (q_out + kv_out) + o_in * m.hidden_size
+    return weights + biases + sinks + 2 * m.head_dim  # + q/k norms (Qwen3)
 
 
 def _gdn_params(m: ModelSpec) -> int:
@@ -66,6 +77,14 @@ def _gdn_params(m: ModelSpec) -> int:
 
 def _mlp_params(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
+
+
+def _expert_biases(hidden: int, moe: MoESpec) -> int:
+    """gpt-oss's bf16 biases, counted with the (bf16) router: the router's own (E) and
+    each expert's gate_up (2·I) and down (H) biases."""
+    if not moe.expert_bias:
+        return 0
+    return moe.num_experts * (1 + 2 * moe.expert_intermediate_size + hidden)
 
 
 @dataclass(frozen=True)
@@ -87,15 +106,15 @@ def layer_params(m: ModelSpec, index: int, kind: str) -> LayerParams:
     routed = shared = router = dense = 0
     if is_moe and moe is not None:
         routed = moe.num_experts * _mlp_params(m.hidden_size, moe.expert_intermediate_size)
-        router = m.hidden_size * moe.num_experts
+        router = m.hidden_size * moe.num_experts + _expert_biases(m.hidden_size, moe)
         if moe.shared_expert_intermediate_size:
             shared = _mlp_params(m.hidden_size, moe.shared_expert_intermediate_size)
             router += m.hidden_size  # shared_expert_gate
     else:
         dense = _mlp_params(m.hidden_size, m.intermediate_size)
     return LayerParams(
-        attention=_attention_params(m) if kind == FULL_ATTENTION else 0,
-        gdn=_gdn_params(m) if kind != FULL_ATTENTION else 0,
+        attention=_attention_params(m) if kind != LINEAR_ATTENTION else 0,
+        gdn=_gdn_params(m) if kind == LINEAR_ATTENTION else 0,
         dense_mlp=dense,
         routed_experts=routed,
         shared_experts=shared,

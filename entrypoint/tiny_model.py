@@ -6,7 +6,11 @@ Qwen layout).  vLLM fills the weights with random values, so the text is
 gibberish, but every code path (scheduler, KV cache, prefix caching, metrics)
 is the real one.
 
-    python -m entrypoint.tiny_model OUT_DIR [--kind dense|gqa|moe|hybrid|hybrid-mtp]
+    python -m entrypoint.tiny_model OUT_DIR [--kind dense|gqa|moe|hybrid|hybrid-mtp|...]
+
+`gpt-oss` and `gemma3` have sliding-window layers beside full attention, in the layout
+of openai/gpt-oss-20b (alternating, attention sinks, MoE) and of Gemma 3's text model
+(`sliding_window_pattern`: every third layer full here, a window off the block grid).
 """
 
 from __future__ import annotations
@@ -174,12 +178,61 @@ def config_for(kind: str, max_position: int = 4096) -> dict[str, Any]:
         )
         if kind == "hybrid-mtp":
             cfg["num_nextn_predict_layers"] = 1
+    elif kind in _SLIDING_KINDS:
+        cfg.update(_SLIDING_KINDS[kind])
     else:
-        raise ValueError(f"kind={kind!r}; must be one of dense, gqa, moe, hybrid, hybrid-mtp")
+        raise ValueError(f"kind={kind!r}; must be one of {', '.join(KINDS)}")
     return cfg
 
 
-KINDS = ("dense", "gqa", "moe", "hybrid", "hybrid-mtp")
+# config.json fields of openai/gpt-oss-20b's layout, shrunk: `layer_types` alternate from
+# a sliding layer (vLLM's gpt_oss.py slides on even layers), yarn rope, biased attention.
+_GPT_OSS = {
+    "architectures": ["GptOssForCausalLM"],
+    "model_type": "gpt_oss",
+    "hidden_size": 128,
+    "intermediate_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "attention_bias": True,
+    "swiglu_limit": 7.0,
+    "rope_theta": 150000.0,
+    "rope_scaling": {
+        "rope_type": "yarn",
+        "factor": 2.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+        "original_max_position_embeddings": 4096,
+    },
+}
+# Gemma 3's text model (`Gemma3ForCausalLM`), shrunk: no `layer_types`, so transformers
+# derives them from `sliding_window_pattern` (layer i is full iff (i+1) % pattern == 0).
+_GEMMA3 = {
+    "architectures": ["Gemma3ForCausalLM"],
+    "model_type": "gemma3_text",
+    "hidden_size": 128,
+    "num_hidden_layers": 7,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "sliding_window": 200,
+    "sliding_window_pattern": 3,
+    "query_pre_attn_scalar": 64,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "rope_local_base_freq": 10000.0,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": True,
+}
+_SLIDING_KINDS: dict[str, dict[str, Any]] = {"gpt-oss": _GPT_OSS, "gemma3": _GEMMA3}
+
+KINDS = ("dense", "gqa", "moe", "hybrid", "hybrid-mtp", *_SLIDING_KINDS)
 
 # How the tests' shared vLLM and the CPU benchmarks serve the tiny model: small batches
 # and a 256 MB KV pool that start quickly on a 2-core machine, eager (no compile).

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -126,10 +127,13 @@ def test_rows_the_checkpoint_does_not_have_are_refused(reduced):
 
 
 def test_a_model_the_plugin_does_not_serve_is_refused(tmp_path):
-    model = _source(tmp_path, architecture="DeepseekV3ForCausalLM")  # vLLM's DeepSeekMTP
-    config = _config(model, SPARKSERVE_DRAFT_VOCAB="100")
+    """The planner refuses a DeepSeek-V3 config itself (budget/families.py); the
+    pre-flight still guards a plan of any architecture outside the plugin's."""
+    config = _config(_source(tmp_path), SPARKSERVE_DRAFT_VOCAB="100")
+    plan = build_plan(config.plan)
+    plan.model = replace(plan.model, architecture="DeepseekV3ForCausalLM")  # vLLM's DeepSeekMTP
     with pytest.raises(PreflightError, match="only, not DeepseekV3ForCausalLM"):
-        check_draft_vocab(config, build_plan(config.plan))
+        check_draft_vocab(config, plan)
 
 
 def test_a_reduced_qwen3_5_checkpoint_passes_the_pre_flight_with_a_warning(tmp_path):
