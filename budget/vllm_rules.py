@@ -1,7 +1,8 @@
 """Which vLLM a plan is for: the KV-cache rules that changed between releases.
 
 Each rule was read in the release's own wheel (`pip download --no-deps vllm==X.Y.Z`);
-docs/kv-arithmetic.md has the table with the files.  Releases 0.20.0 - 0.34.0 were read;
+docs/kv-arithmetic.md has the table with the files (docs/dgx-spark.md the start-up
+memory check's, per release, with lines).  Releases 0.20.0 - 0.34.0 were read;
 a version outside them gets the nearest rule set and a warning that says so.  A rule set
 starts at a (major, minor, patch) release: the logged token count changed in 0.20.1.
 The rules cover what the planner models (full attention + Gated-DeltaNet hybrids).
@@ -16,6 +17,9 @@ from packaging.version import InvalidVersion, Version
 # Dockerfile: ARG VLLM_IMAGE_AMD64=vllm/vllm-openai:v0.32.0 (and the arm64 image).
 DEFAULT_VLLM_VERSION = "0.32.0"
 VERSION_EXAMPLE = "0.32.0 or 0.23.1rc1.dev531+ga65f93fb2"
+# The free figures of /proc/meminfo a start-up check can compare on unified memory.
+MEM_AVAILABLE = "MemAvailable"  # psutil.virtual_memory().available: page cache counts as free
+MEM_FREE = "MemFree"  # the CUDA driver's free on GB10 (cudaMemGetInfo): page cache counts as used
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,26 @@ class VLLMRules:
     # `max_concurrent_batches × max_num_batched_tokens` (2 batches with async
     # scheduling); 0.20.1-0.25.1: `sliding_window - 1 + max_num_batched_tokens`.
     sliding_window_in_flight_batches: bool
+    # The start-up memory check (v1/worker/gpu_worker.py `init_device` → v1/worker/utils.py
+    # `request_memory`; docs/dgx-spark.md has the lines per release).  The free figure it
+    # compares on an integrated GPU (platforms/cuda.py `is_integrated_gpu`, GB10 included):
+    # utils/mem_utils.py `MemorySnapshot.measure` (0.20.0-0.33.0) and `device_memory_info`
+    # (0.34.0) replace the driver's free (= MemFree on GB10) by psutil's available
+    # (MemAvailable) in every release read, 0.20.0-0.34.0.
+    uma_free_figure: str
+    # What it compares that figure with: ceil(total × --gpu-memory-utilization), total the
+    # driver's (cudaMemGetInfo, ≈ MemTotal on GB10).  `request_memory` runs whatever
+    # --kv-cache-memory-bytes says (0.20.0-0.34.0: the KV bytes are read later, in
+    # `determine_available_memory`), so the fraction still has to fit with the pool fixed.
+    startup_check_with_kv_bytes: bool
+    # The fraction when --gpu-memory-utilization is not given: config/cache.py, 0.92 in
+    # 0.20.0-0.34.0 (0.34: `resolved_gpu_memory_utilization`, 1.0 under the extensible KV
+    # cache, whose check is skipped anyway).
+    default_gpu_memory_utilization: float
+    # 0.34+: the extensible KV cache, on by default on CUDA unless --kv-cache-memory-bytes is
+    # set (config/vllm.py `_resolve_extensible_kv_cache`), skips the check (utils.py
+    # `request_memory`: `and not cache_config.enable_extensible_kv_cache`).
+    extensible_kv_skips_check: bool
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -55,22 +79,48 @@ class VLLMRules:
             "hybrid_prefix_caching_default": self.hybrid_prefix_caching_default,
             "flashinfer_gdn_checkpoint": self.flashinfer_gdn_checkpoint,
             "sliding_window_in_flight_batches": self.sliding_window_in_flight_batches,
+            "uma_free_figure": self.uma_free_figure,
+            "startup_check_with_kv_bytes": self.startup_check_with_kv_bytes,
+            "default_gpu_memory_utilization": self.default_gpu_memory_utilization,
+            "extensible_kv_skips_check": self.extensible_kv_skips_check,
         }
 
 
-def _rules(name: str, first: tuple[int, int, int], *flags: bool) -> VLLMRules:
-    return VLLMRules(name, first, *flags)
+# The start-up check's defaults: config/cache.py `gpu_memory_utilization` (0.20.0-0.34.0).
+STARTUP_DEFAULT_UTILIZATION = 0.92
+
+
+def _rules(
+    name: str, first: tuple[int, int, int], *flags: bool, extensible_kv: bool = False
+) -> VLLMRules:
+    per_group, one_line, device, hybrid_prefix, gdn_checkpoint, sliding_in_flight = flags
+    return VLLMRules(
+        name,
+        first,
+        per_group,
+        one_line,
+        device,
+        hybrid_prefix,
+        gdn_checkpoint,
+        sliding_in_flight,
+        uma_free_figure=MEM_AVAILABLE,
+        startup_check_with_kv_bytes=True,
+        default_gpu_memory_utilization=STARTUP_DEFAULT_UTILIZATION,
+        extensible_kv_skips_check=extensible_kv,
+    )
 
 
 # Oldest first; flags in field order: per-group tokens, one line, device name,
 # hybrid prefix caching by default, FlashInfer GDN checkpoint, sliding window in flight.
+# 0.34 is a set of its own for the start-up check: its extensible KV cache skips it.
 RULE_SETS: tuple[VLLMRules, ...] = (
     _rules("0.20.0", (0, 20, 0), True, False, False, False, False, False),
     _rules("0.20.1-0.25", (0, 20, 1), False, False, False, False, False, False),
     _rules("0.26-0.27", (0, 26, 0), False, False, False, True, False, True),
     _rules("0.28-0.29", (0, 28, 0), False, True, False, True, False, True),
     _rules("0.30-0.32", (0, 30, 0), False, True, True, True, False, True),
-    _rules("0.33-0.34", (0, 33, 0), False, True, True, True, True, True),
+    _rules("0.33", (0, 33, 0), False, True, True, True, True, True),
+    _rules("0.34", (0, 34, 0), False, True, True, True, True, True, extensible_kv=True),
 )
 LAST_KNOWN = (0, 34)  # (major, minor) of the newest release read
 # setuptools-scm's version for a checkout without release tags (a vLLM built from source,

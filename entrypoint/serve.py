@@ -25,7 +25,7 @@ from entrypoint.metrics import build_registry
 from entrypoint.node_check import check_node
 from entrypoint.nvml import load_nvml, read_gpus
 from entrypoint.planning import Launch, build_launch, make_plan, vllm_console_script
-from entrypoint.preflight import check_model_dir, fit_problem, run_checks
+from entrypoint.preflight import after_load_eviction, check_model_dir, fit_problem, run_checks
 from entrypoint.ray_cluster import interconnect_summary, ray_launch, unified_gpu
 from entrypoint.roles import check_role, expected_cluster, for_head, run_head, run_worker
 from entrypoint.signals import SignalFlag, StopRequested
@@ -185,6 +185,7 @@ def _supervise(
             watcher=watcher,
             signals=signals,
             environ=environ,
+            after_load=after_load_eviction(config, prepared.plan, console),
         )
         return Supervisor(ctx).run()
     finally:

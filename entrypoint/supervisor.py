@@ -5,6 +5,9 @@ vLLM ends the entrypoint at once (exit 3, with its code and last lines); so do a
 start-up timeout, /health failing for SPARKSERVE_UNHEALTHY_EXIT_SECONDS after
 ready, and an engine that makes no progress for SPARKSERVE_STALL_TIMEOUT_S
 (entrypoint/stall.py). A signal stops the whole vLLM process group: SIGTERM, grace period, SIGKILL.
+Once vLLM has loaded the weights (`Model loading took` from a one-process vLLM, else
+/health 200) the context's `after_load` runs once: on unified memory it evicts the
+weights' page cache (preflight.after_load_eviction).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class Context:
     watcher: LogWatcher
     signals: SignalFlag
     environ: dict[str, str]
+    after_load: Callable[[], None] | None = None  # run once the weights are loaded
 
 
 def base_url(config: EntrypointConfig) -> str:
@@ -101,6 +105,10 @@ class Supervisor:
         self.client = make_client(ctx.config, ctx.launch.env)
         self.started = time.monotonic()
         self.health_interval_seconds = health_interval_seconds
+        self._loaded_hook_done = False
+        s = ctx.plan.settings
+        # One rank's "Model loading took" says all weights are in: one process loads them.
+        self._one_loader = s.tp * s.pp == 1 and s.nodes == 1
 
     def run(self) -> int:
         """Launch vLLM and supervise it until a signal (0 / 128+N) or its end (raises)."""
@@ -177,6 +185,8 @@ class Supervisor:
         timeout = self.ctx.config.startup_timeout
         while True:
             self.check(child)
+            if self._one_loader and self.ctx.watcher.snapshot().weights_bytes is not None:
+                self._weights_loaded()
             if answers_health(self.client):
                 break
             if time.monotonic() - self.started > timeout:
@@ -188,6 +198,14 @@ class Supervisor:
         self.ctx.console.phase(
             f"server up: /health 200 after {time.monotonic() - self.started:.1f} s"
         )
+        self._weights_loaded()
+
+    def _weights_loaded(self) -> None:
+        """The context's after-load hook, once."""
+        if self._loaded_hook_done or self.ctx.after_load is None:
+            return
+        self._loaded_hook_done = True
+        self.ctx.after_load()
 
     def _watched(self, child: VLLMChild, work: Callable[[], T]) -> T:
         """Run `work` in a thread while checking signals and vLLM every tick."""

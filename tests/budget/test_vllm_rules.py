@@ -13,6 +13,7 @@ from budget.options import PlanOptions
 from budget.planner import build_plan
 from budget.vllm_rules import (
     DEFAULT_VLLM_VERSION,
+    MEM_AVAILABLE,
     RULE_SETS,
     choose_rules,
     flashinfer_gdn_prefill,
@@ -46,8 +47,9 @@ def test_the_default_is_the_amd64_image_pin() -> None:
         ("0.26.0", "0.26-0.27"),
         ("0.29.0", "0.28-0.29"),
         ("0.32.0", "0.30-0.32"),
-        ("0.33.0", "0.33-0.34"),
-        ("0.34.0", "0.33-0.34"),
+        ("0.33.0", "0.33"),
+        ("0.34.0", "0.34"),
+        ("0.34.0rc1.dev7", "0.34"),
     ],
 )
 def test_known_releases_pick_their_rules_without_warning(version: str, rules: str) -> None:
@@ -57,7 +59,7 @@ def test_known_releases_pick_their_rules_without_warning(version: str, rules: st
 
 @pytest.mark.parametrize(
     ("version", "rules"),
-    [("0.19.1", "0.20.0"), ("0.35.0", "0.33-0.34"), ("1.0.0", "0.33-0.34")],
+    [("0.19.1", "0.20.0"), ("0.35.0", "0.34"), ("1.0.0", "0.34")],
 )
 def test_unknown_releases_warn_naming_the_rules_applied(version: str, rules: str) -> None:
     choice = choose_rules(version)
@@ -157,3 +159,39 @@ def test_a_users_prefix_caching_choice_wins_on_every_release() -> None:
 )
 def test_cudagraph_metrics_flag_from_the_release_that_has_it(version, has_flag):
     assert has_cudagraph_metrics_flag(version) is has_flag
+
+
+@pytest.mark.parametrize(
+    ("version", "extensible_skips"),
+    [
+        ("0.20.0", False),
+        ("0.20.1", False),
+        ("0.24.0", False),  # vLLM #48140's release: MemAvailable in its MemorySnapshot too
+        ("0.25.1", False),
+        ("0.26.0", False),
+        ("0.27.1", False),
+        ("0.28.0", False),
+        ("0.29.0", False),
+        ("0.30.0", False),
+        ("0.32.0", False),
+        ("0.33.0", False),
+        ("0.34.0", True),  # the extensible KV cache, on without KV bytes, skips the check
+    ],
+)
+def test_the_start_up_check_per_release(version: str, extensible_skips: bool) -> None:
+    """Read in each wheel (docs/dgx-spark.md): on an integrated GPU the check compares
+    psutil's available (MemAvailable) with ceil(total × util), KV bytes or not."""
+    rules = choose_rules(version).rules
+    assert rules.uma_free_figure == MEM_AVAILABLE
+    assert rules.startup_check_with_kv_bytes is True
+    assert rules.default_gpu_memory_utilization == 0.92
+    assert rules.extensible_kv_skips_check is extensible_skips
+    assert rules.to_dict()["uma_free_figure"] == MEM_AVAILABLE
+
+
+def test_0_33_and_0_34_share_the_kv_arithmetic() -> None:
+    """0.34 is a set of its own for the start-up check only."""
+    old, new = choose_rules("0.33.0").rules, choose_rules("0.34.0").rules
+    same = ("kv_tokens_per_group", "capacity_on_one_line", "capacity_names_device")
+    same += ("hybrid_prefix_caching_default", "flashinfer_gdn_checkpoint")
+    assert all(getattr(old, name) == getattr(new, name) for name in same)

@@ -42,7 +42,7 @@ WAIT_S = 15.0
 class FakeRun:
     """The Supervisor on a fake vLLM, in a thread; /ready served as in production."""
 
-    def __init__(self, plan, console, tmp_path: Path, **settings: str) -> None:
+    def __init__(self, plan, console, tmp_path: Path, after_load=None, **settings: str) -> None:
         env = {
             "SPARKSERVE_MODEL": str(plan.model_dir),
             "SPARKSERVE_HOST": "127.0.0.1",
@@ -72,6 +72,7 @@ class FakeRun:
                 **fake_env,
                 "FAKE_VLLM_CONTROL_DIR": str(tmp_path),
             },
+            after_load=after_load,
         )
         self.control = ControlServer("127.0.0.1", 0, self.lifecycle, CollectorRegistry())
         self.result: int | BaseException | None = None
