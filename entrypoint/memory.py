@@ -9,7 +9,8 @@ back before anything is killed, as MemAvailable counts them on the host.
 
 cgroup v2: `memory.max` ("max" = no limit), `memory.current`, `memory.stat`
 `inactive_file`. cgroup v1: `memory.limit_in_bytes` (a value near 2**63 = no limit),
-`memory.usage_in_bytes`, `memory.stat` `total_inactive_file` (the hierarchy's).
+`memory.usage_in_bytes`, `memory.stat` `total_inactive_file` (the hierarchy's) and
+`hierarchical_memory_limit` (the smallest limit of the group and its parents).
 """
 
 from __future__ import annotations
@@ -57,8 +58,13 @@ def parse_v2(max_text: str, current_text: str, stat_text: str) -> CgroupMemory |
 
 
 def parse_v1(limit_text: str, usage_text: str, stat_text: str) -> CgroupMemory | None:
-    """cgroup v1 files → CgroupMemory; None when the limit is v1's "unlimited"."""
+    """cgroup v1 files → CgroupMemory; None when neither the group nor a parent has a
+    limit (v1's "unlimited")."""
     limit = int(limit_text)
+    try:
+        limit = min(limit, stat_value(stat_text, "hierarchical_memory_limit"))
+    except ValueError:
+        pass  # a kernel without it: the group's own limit
     if limit >= V1_UNLIMITED_BYTES:
         return None
     return CgroupMemory(limit, int(usage_text), stat_value(stat_text, "total_inactive_file"))
