@@ -74,7 +74,7 @@ class Pressure:
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(30)
+        self.proc.communicate(timeout=30)  # waits, and closes both pipes
 
 
 def container_name(stack: st.Stack) -> str:
