@@ -21,14 +21,17 @@ HELP_WIDTH = 100
 DESCRIPTION = """\
 Serve a model with vLLM, sized by the budget planner: plan → pre-flight → `vllm serve`
 with the plan's flags → /health → warm-up of the real request shapes → ready.
-Supervised: vLLM exiting ends the entrypoint (exit 3); SIGTERM stops vLLM (exit 0).
+Supervised: vLLM exiting ends the entrypoint (exit 3); SIGTERM stops vLLM (exit 0); on
+unified memory, available memory under the floor stops it before the host hangs (exit 4).
 
 Every option is an environment variable (shown in brackets); a flag wins over it."""
 
 EPILOG = """\
 exit codes: 0 stopped by SIGTERM/SIGINT · 1 the plan does not fit (or free memory is short
 of vLLM's start check) · 2 bad configuration or failed pre-flight · 3 vLLM exited, died or
-never became healthy · 128+N the entrypoint was ended by signal N (SIGHUP, SIGQUIT, SIGKILL).
+never became healthy · 4 the memory watchdog stopped vLLM (available memory stayed under
+SPARKSERVE_MEMORY_FLOOR_GIB) · 128+N the entrypoint was ended by signal N (SIGHUP,
+SIGQUIT, SIGKILL).
 control endpoint (SPARKSERVE_CONTROL_PORT): /ready 200 only after warm-up; /metrics."""
 
 

@@ -62,6 +62,17 @@ class Option:
             raise ConfigError(f"{source}={shown}: {exc}") from None
 
 
+def non_negative_gib(raw: str) -> float:
+    """A size in GiB, 0 or more (a plain number: 7.5 means 7.5 GiB)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("must be a number of GiB >= 0") from None
+    if not 0 <= value < float("inf"):  # NaN fails too
+        raise ValueError("must be a number of GiB >= 0")
+    return value
+
+
 SERVING_OPTIONS: tuple[Option, ...] = (
     Option(
         "weights",
@@ -157,6 +168,34 @@ SERVING_OPTIONS: tuple[Option, ...] = (
         "SECONDS",
     ),
     Option(
+        "memory_floor_gib",
+        non_negative_gib,
+        None,
+        "Available memory (MemAvailable, or the container's memory cgroup where it has a "
+        "limit: the smaller) under which the memory watchdog stops admitting work (/ready "
+        "503, phase memory_low) and then stops vLLM and exits 4, before unified memory "
+        "runs out and the host hangs (docs/entrypoint.md, Memory watchdog); 0 turns it off. "
+        "Unset: half the plan's system_reserve (a twentieth of the memory where the plan keeps "
+        "none), on unified memory only.",
+        "GiB",
+    ),
+    Option(
+        "memory_hold_seconds",
+        parsers.non_negative_seconds,
+        3.0,
+        "Seconds available memory must stay under the floor before work is refused "
+        "(one short dip does not trip the watchdog).",
+        "SECONDS",
+    ),
+    Option(
+        "memory_drain_seconds",
+        parsers.non_negative_seconds,
+        10.0,
+        "Seconds of refusing work under the floor before vLLM is stopped (exit 4), at "
+        "once if memory falls under half the floor; memory back above it reopens.",
+        "SECONDS",
+    ),
+    Option(
         "vllm_nice",
         parsers.nice,
         0,
@@ -198,6 +237,9 @@ class EntrypointConfig:
     unhealthy_exit_seconds: float
     stall_timeout_s: float
     stop_grace_seconds: float
+    memory_floor_gib: float | None
+    memory_hold_seconds: float
+    memory_drain_seconds: float
     vllm_nice: int
     cache_dir: str | None
     role: str

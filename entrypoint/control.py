@@ -45,7 +45,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _ready(self) -> None:
         status = self.server.lifecycle.status
-        body = json.dumps({"ready": status.ready, "phase": status.phase}).encode() + b"\n"
+        answer: dict[str, object] = {"ready": status.ready, "phase": status.shown_phase}
+        if status.memory_low is not None:
+            answer["reason"] = status.memory_low
+        body = json.dumps(answer).encode() + b"\n"
         self._send(200 if status.ready else 503, body, "application/json")
 
     def _send(self, code: int, body: bytes, content_type: str) -> None:

@@ -1,8 +1,9 @@
 """The one exception base of the entrypoint; `cli.main` turns it into an exit code.
 
-Exit codes (DESIGN §2): 0 requested stop, 1 the plan does not fit, 2 bad
-configuration, 3 vLLM exited, died or never became healthy after start (or, on a
-Ray cluster, Ray did: nodes missing, head gone).
+Exit codes (README, docs/entrypoint.md): 0 requested stop, 1 the plan does not fit,
+2 bad configuration, 3 vLLM exited, died or never became healthy after start (or, on a
+Ray cluster, Ray did: nodes missing, head gone), 4 the memory watchdog stopped vLLM
+(available memory stayed under SPARKSERVE_MEMORY_FLOOR_GIB: entrypoint/watchdog.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ EXIT_STOPPED = 0
 EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_CONFIG = 2
 EXIT_VLLM_FAILED = 3
+EXIT_MEMORY_LOW = 4
 
 
 class EntrypointError(Exception):
@@ -43,3 +45,9 @@ class RayError(EntrypointError):
     """Ray did not start, the cluster did not assemble in time, or this node lost the head."""
 
     exit_code = EXIT_VLLM_FAILED
+
+
+class MemoryLowError(EntrypointError):
+    """Available memory stayed under the floor: the watchdog stopped vLLM."""
+
+    exit_code = EXIT_MEMORY_LOW

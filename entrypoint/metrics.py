@@ -127,6 +127,16 @@ class LifecycleCollector(Collector):
             "Failed /health checks after ready.",
             value=status.health_failures,
         )
+        yield GaugeMetricFamily(
+            "sparkserve_memory_low",
+            "1 while the memory watchdog refuses work (available memory under the floor).",
+            value=float(status.memory_low is not None),
+        )
+        yield CounterMetricFamily(
+            "sparkserve_memory_low_events",
+            "Times available memory stayed under the floor long enough to refuse work.",
+            value=status.memory_low_events,
+        )
         if status.startup_seconds is not None:
             yield GaugeMetricFamily(
                 "sparkserve_startup_seconds", "Launch to ready.", value=status.startup_seconds
@@ -157,10 +167,11 @@ def build_registry(
     info: dict[str, str],
     read_gpus: Callable[[], list[GpuReading]],
     read_host: Callable[[], HostMemory],
+    memory_floor_bytes: int = 0,
 ) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(BudgetCollector(plan, watcher.snapshot))
     registry.register(LifecycleCollector(lifecycle, info))
-    registry.register(HostMemoryCollector(read_host))
+    registry.register(HostMemoryCollector(read_host, memory_floor_bytes))
     registry.register(GpuCollector(read_gpus, read_host))
     return registry

@@ -19,8 +19,9 @@ from entrypoint.console import Console
 from entrypoint.control import ControlServer
 from entrypoint.errors import EXIT_DOES_NOT_FIT, PreflightError
 from entrypoint.gateway_mode import EMBEDDED, check_embedded, check_key_in_config_file
-from entrypoint.hardware import Machine, detect, host_memory
+from entrypoint.hardware import Machine, detect
 from entrypoint.logscan import LogWatcher
+from entrypoint.memory import read_memory
 from entrypoint.metrics import build_registry
 from entrypoint.node_check import check_node
 from entrypoint.nvml import load_nvml, read_gpus
@@ -33,6 +34,7 @@ from entrypoint.state import Lifecycle
 from entrypoint.supervisor import Context, Supervisor
 from entrypoint.vllm_flags import check_flags, known_flags, vllm_parser
 from entrypoint.vllm_version import PlannedVersion, installed_vllm_version, planned_version
+from entrypoint.watchdog import floor_bytes, watchdog_line
 
 CONTROL_HOST = "0.0.0.0"
 
@@ -42,6 +44,7 @@ class Prepared:
     machine: Machine
     plan: Plan
     launch: Launch
+    memory_floor_bytes: int = 0
 
 
 def prepare(config: EntrypointConfig, console: Console) -> Prepared:
@@ -54,7 +57,10 @@ def prepare(config: EntrypointConfig, console: Console) -> Prepared:
     console.say(rules_line(plan, vllm))
     check_role(config, plan)
     launch = build_launch(config, plan, vllm_console_script())
-    return Prepared(machine, plan, for_head(launch, config) if config.role == "head" else launch)
+    floor = floor_bytes(config, plan, read_memory().total_bytes)
+    console.say(watchdog_line(config, floor))
+    launch = for_head(launch, config) if config.role == "head" else launch
+    return Prepared(machine, plan, launch, floor)
 
 
 def rules_line(plan: Plan, vllm: PlannedVersion) -> str:
@@ -165,7 +171,8 @@ def _supervise(
         lifecycle,
         _info(config, prepared, version),
         read_gpus=lambda: read_gpus(nvml),
-        read_host=host_memory,
+        read_host=read_memory,
+        memory_floor_bytes=prepared.memory_floor_bytes,
     )
     try:
         control = ControlServer(CONTROL_HOST, config.control_port, lifecycle, registry)
@@ -186,6 +193,7 @@ def _supervise(
             signals=signals,
             environ=environ,
             after_load=after_load_eviction(config, prepared.plan, console),
+            memory_floor_bytes=prepared.memory_floor_bytes,
         )
         return Supervisor(ctx).run()
     finally:

@@ -4,7 +4,8 @@ Child liveness is checked on every health retry and every watch tick: a dead
 vLLM ends the entrypoint at once (exit 3, with its code and last lines); so do a
 start-up timeout, /health failing for SPARKSERVE_UNHEALTHY_EXIT_SECONDS after
 ready, and an engine that makes no progress for SPARKSERVE_STALL_TIMEOUT_S
-(entrypoint/stall.py). A signal stops the whole vLLM process group: SIGTERM, grace period, SIGKILL.
+(entrypoint/stall.py). A signal stops the whole vLLM process group: SIGTERM, grace period, SIGKILL;
+so does the memory watchdog (entrypoint/watchdog.py), from launch on, then exit 4.
 Once vLLM has loaded the weights (`Model loading took` from a one-process vLLM, else
 /health 200) the context's `after_load` runs once: on unified memory it evicts the
 weights' page cache (preflight.after_load_eviction).
@@ -28,15 +29,18 @@ from entrypoint.capacity import capacity_line
 from entrypoint.child import VLLMChild, describe_returncode, private_rpc_dir, reap_orphans
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
-from entrypoint.errors import VLLMFailedError
+from entrypoint.errors import MemoryLowError, VLLMFailedError
 from entrypoint.gateway_mode import bypass_headers
+from entrypoint.hardware import HostMemory
 from entrypoint.logscan import LogWatcher
+from entrypoint.memory import read_memory
 from entrypoint.planning import Launch
 from entrypoint.priority import lower_and_say
 from entrypoint.signals import SignalFlag, StopRequested
 from entrypoint.stall import Progress, StallWatch, describe, read_progress
 from entrypoint.state import FAILED, READY, STOPPING, WARMING_UP, Lifecycle
 from entrypoint.warmup import Shape, run_warmup, served_model
+from entrypoint.watchdog import MemoryGuard, MemoryWatchdog
 
 T = TypeVar("T")
 TICK_SECONDS = 0.2
@@ -59,6 +63,8 @@ class Context:
     signals: SignalFlag
     environ: dict[str, str]
     after_load: Callable[[], None] | None = None  # run once the weights are loaded
+    memory_floor_bytes: int = 0  # 0: no memory watchdog
+    read_memory: Callable[[], HostMemory] = read_memory
 
 
 def base_url(config: EntrypointConfig) -> str:
@@ -109,6 +115,7 @@ class Supervisor:
         s = ctx.plan.settings
         # One rank's "Model loading took" says all weights are in: one process loads them.
         self._one_loader = s.tp * s.pp == 1 and s.nodes == 1
+        self.memory = memory_guard(ctx)
 
     def run(self) -> int:
         """Launch vLLM and supervise it until a signal (0 / 128+N) or its end (raises)."""
@@ -144,6 +151,18 @@ class Supervisor:
         reap_orphans(child.pid)
         if code is not None:
             self._report_exit(child, code)
+        if self.memory is not None:
+            self.memory.tick(time.monotonic(), lambda what: self._memory_stop(child, what))
+
+    def _memory_stop(self, child: VLLMChild, what: str) -> NoReturn:
+        """The watchdog's end: vLLM stopped like on SIGTERM, then exit 4."""
+        ctx = self.ctx
+        ctx.lifecycle.update(phase=STOPPING)
+        grace = ctx.config.stop_grace_seconds
+        ctx.console.say(f"{what}: stopping vLLM (SIGTERM, SIGKILL after {grace:g} s)")
+        code = child.stop(grace)
+        ctx.console.say(f"vLLM stopped ({describe_returncode(code)})")
+        raise MemoryLowError(f"memory watchdog: {what}; vLLM stopped")
 
     def _report_exit(self, child: VLLMChild, code: int) -> NoReturn:
         child.kill_group()  # what is left of vLLM holds its output pipe open
@@ -276,6 +295,16 @@ class Supervisor:
         code = child.stop(grace)
         ctx.console.say(f"vLLM stopped ({describe_returncode(code)}); exiting {stop.exit_code}")
         return stop.exit_code
+
+
+def memory_guard(ctx: Context) -> MemoryGuard | None:
+    if ctx.memory_floor_bytes <= 0:
+        return None
+    config = ctx.config
+    watchdog = MemoryWatchdog(
+        ctx.memory_floor_bytes, config.memory_hold_seconds, config.memory_drain_seconds
+    )
+    return MemoryGuard(watchdog, ctx.read_memory, ctx.lifecycle, ctx.console.say)
 
 
 class Stalls:

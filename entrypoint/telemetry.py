@@ -17,18 +17,26 @@ from entrypoint.nvml import GpuReading
 
 
 class HostMemoryCollector(Collector):
-    def __init__(self, read_host: Callable[[], HostMemory]) -> None:
+    """sparkserve_host_memory_bytes: total and available as the memory watchdog reads
+    them (entrypoint/memory.py: /proc/meminfo, bounded by a limited container's memory
+    cgroup), MemFree, and the watchdog's floor (0 = off)."""
+
+    def __init__(self, read_host: Callable[[], HostMemory], floor_bytes: int = 0) -> None:
         self._read_host = read_host
+        self._floor_bytes = floor_bytes
 
     def collect(self) -> Iterable[Metric]:
         host = self._read_host()
         family = GaugeMetricFamily(
             "sparkserve_host_memory_bytes",
-            "Host memory from /proc/meminfo (MemTotal, MemAvailable).",
+            "Memory as the watchdog reads it: total and available (MemTotal, MemAvailable; "
+            "a limited container's cgroup where smaller), free (MemFree), floor (0 = off).",
             labels=["kind"],
         )
         family.add_metric(["total"], host.total_bytes)
         family.add_metric(["available"], host.available_bytes)
+        family.add_metric(["free"], host.free_bytes)
+        family.add_metric(["floor"], self._floor_bytes)
         yield family
 
 

@@ -4,7 +4,9 @@ A request takes a slot at once when both its key and the gateway are under
 their limits; otherwise it waits in a FIFO queue (a waiter blocked only by its
 own key's limit does not hold up others).  Past `queue_size` waiters, or after
 `queue_timeout_seconds`, it is refused with `Overloaded` (429 + Retry-After).
-The global limit can be lowered at run time (thermal guard).
+The global limit can be lowered at run time (thermal guard); while the entrypoint's
+memory watchdog refuses work, every new request and every waiter is refused with
+`MemoryLow` (503 + Retry-After), and requests already admitted go on.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from gateway.errors import Overloaded
+from gateway.errors import MemoryLow, Overloaded
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Admission:
         self.active = 0
         self._per_key: dict[str, int] = {}
         self._waiters: deque[tuple[str, asyncio.Future[None]]] = deque()
+        self.memory_low = False
 
     @property
     def waiting(self) -> int:
@@ -49,6 +52,8 @@ class Admission:
         self._per_key[key] = self._per_key.get(key, 0) + 1
 
     async def acquire(self, key: str) -> float:
+        if self.memory_low:
+            raise self._memory_refusal()
         if self._can_run(key):
             self._take(key)
             return 0.0
@@ -70,11 +75,25 @@ class Admission:
 
     def _abandon(self, waiter: tuple[str, asyncio.Future[None]]) -> None:
         key, future = waiter
-        if future.done() and not future.cancelled():
+        if future.done() and not future.cancelled() and future.exception() is None:
             self.release(key)  # granted just as the wait ended: give it back
-        else:
+        elif waiter in self._waiters:  # else refused by `set_memory_low`, already out
             future.cancel()
             self._waiters.remove(waiter)
+
+    def set_memory_low(self, low: bool) -> None:
+        """Refuse (True) or admit again (False); refusing also ends every wait."""
+        self.memory_low = low
+        while low and self._waiters:
+            _, future = self._waiters.popleft()
+            future.set_exception(self._memory_refusal())
+
+    def _memory_refusal(self) -> MemoryLow:
+        return MemoryLow(
+            "The model server is short of memory and admits no new work; retry later.",
+            reason="memory_low",
+            retry_after_seconds=self._limits.retry_after_seconds,
+        )
 
     def release(self, key: str) -> None:
         self.active -= 1

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admission import Admission, AdmissionLimits
+from gateway.control_poll import ControlPoll, MemoryGate
 from gateway.divergence import DivergenceTracker
 from gateway.errors import ConfigError, GatewayError, MethodNotAllowed, NotFound, error_response
 from gateway.layout import VolatileMatcher
@@ -99,11 +100,25 @@ def admission_of(settings: GatewaySettings) -> Admission:
     )
 
 
+def control_poll_of(
+    settings: GatewaySettings, admission: Admission, metrics: GatewayMetrics
+) -> ControlPoll:
+    """What the control endpoint's /metrics drives: the thermal guard, the memory gate."""
+    guard = ThermalGuard(
+        admission,
+        metrics,
+        max_concurrency=settings.max_concurrency,
+        threshold_celsius=settings.thermal_threshold_celsius,
+        fraction=settings.thermal_concurrency_fraction,
+    )
+    return ControlPoll(guard, MemoryGate(admission, metrics))
+
+
 def _lifespan(
     client: httpx.AsyncClient,
     upstream: Upstream,
     settings: GatewaySettings,
-    guard: ThermalGuard,
+    poll: ControlPoll,
 ) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -112,7 +127,7 @@ def _lifespan(
             group.start_soon(upstream.replicas.watch_forever, client, period)
             if settings.control_url:
                 url = settings.control_url + "/metrics"
-                group.start_soon(guard.poll_forever, client, url, settings.thermal_poll_seconds)
+                group.start_soon(poll.poll_forever, client, url, settings.thermal_poll_seconds)
             yield
             group.cancel_scope.cancel()
         await upstream.client.aclose()
@@ -148,18 +163,13 @@ def create_app(
     upstream = make_upstream(settings, make_upstream_client(settings, transport), replicas)
     admission = admission_of(settings)
     deps = ProxyDeps(upstream, admission, metrics, settings.retry_after_seconds)
-    guard = ThermalGuard(
-        admission,
-        metrics,
-        max_concurrency=settings.max_concurrency,
-        threshold_celsius=settings.thermal_threshold_celsius,
-        fraction=settings.thermal_concurrency_fraction,
-    )
     app = FastAPI(
         title="sparkserve gateway",
         docs_url=None,
         redoc_url=None,
-        lifespan=_lifespan(client, upstream, settings, guard),
+        lifespan=_lifespan(
+            client, upstream, settings, control_poll_of(settings, admission, metrics)
+        ),
     )
     _add_routes(app, preparer, deps)
     Probes(settings, client, registry, replicas).add_to(app)

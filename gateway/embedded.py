@@ -56,7 +56,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.app import JSON_ROUTES, admission_of, preparer_of
+from gateway.app import JSON_ROUTES, admission_of, control_poll_of, preparer_of
 from gateway.embedded_relay import Relay
 from gateway.errors import ConfigError, GatewayError, NotFound, Overloaded
 from gateway.metrics import GatewayMetrics
@@ -71,7 +71,6 @@ from gateway.prepare import Incoming, Preparer
 from gateway.proxy import Forward
 from gateway.routes import RequestCount, route_table
 from gateway.settings import GatewaySettings, load_settings
-from gateway.thermal import ThermalGuard
 
 log = logging.getLogger(__name__)
 
@@ -171,13 +170,7 @@ class EmbeddedGateway:
                 "the gateway (the entrypoint's health checks and warm-up; benchmarks)",
                 BYPASS_HEADER.decode(),
             )
-        self.guard = ThermalGuard(
-            self.admission,
-            self.metrics,
-            max_concurrency=self.settings.max_concurrency,
-            threshold_celsius=self.settings.thermal_threshold_celsius,
-            fraction=self.settings.thermal_concurrency_fraction,
-        )
+        self.control_poll = control_poll_of(self.settings, self.admission, self.metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -336,14 +329,15 @@ class EmbeddedGateway:
         await self.app(_without_key(scope), receive, send)
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """vLLM's lifespan runs as long as the server: the thermal poll runs beside it."""
+        """vLLM's lifespan runs as long as the server: the control poll (thermal guard,
+        memory gate) runs beside it."""
         poll: asyncio.Task[None] | None = None
         client: httpx.AsyncClient | None = None
         if self.settings.control_url:
             client = httpx.AsyncClient(timeout=self.settings.connect_timeout_seconds)
             url = self.settings.control_url + "/metrics"
             poll = asyncio.get_running_loop().create_task(
-                self.guard.poll_forever(client, url, self.settings.thermal_poll_seconds)
+                self.control_poll.poll_forever(client, url, self.settings.thermal_poll_seconds)
             )
         try:
             await self.app(scope, receive, send)

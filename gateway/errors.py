@@ -91,6 +91,15 @@ class Overloaded(GatewayError):
         self.reason = reason
 
 
+class MemoryLow(Overloaded):
+    """The entrypoint's memory watchdog refuses work: available memory is under its
+    floor (gateway/control_poll.py). 503, since the server is short, not the client."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "memory_low"
+
+
 class UpstreamError(GatewayError):
     """vLLM could not be used; `kind` is a bounded metric label."""
 

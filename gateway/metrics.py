@@ -160,6 +160,7 @@ class GatewayMetrics:
     requests: LoopMetric
     in_flight: LoopMetric
     concurrency_limit: Gauge
+    memory_low: Gauge
     queue_wait: EventHistogram
     ttft: EventHistogram
     inter_token_latency: EventHistogram
@@ -197,6 +198,11 @@ class GatewayMetrics:
             concurrency_limit=Gauge(
                 "gateway_concurrency_limit",
                 "Current global concurrency limit (lowered by the thermal guard).",
+                registry=registry,
+            ),
+            memory_low=Gauge(
+                "gateway_memory_low",
+                "1 while the entrypoint's memory watchdog refuses work (503 to new requests).",
                 registry=registry,
             ),
             queue_wait=histogram(

@@ -3,16 +3,15 @@
 Polls the entrypoint's control `/metrics` (host telemetry) for the gauge
 `sparkserve_gpu_temperature_celsius`; above the threshold the global limit
 becomes `max_concurrency × fraction`, at or below it the full limit returns.
-An unreachable control endpoint leaves the limit as it is.
+An unreachable control endpoint leaves the limit as it is (the poll:
+gateway/control_poll.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.admission import Admission
@@ -69,17 +68,3 @@ class ThermalGuard:
         limit = self._hot if hot else self._full
         self._admission.set_limit(limit)
         self._metrics.concurrency_limit.set(limit)
-
-    async def poll_forever(self, client: httpx.AsyncClient, url: str, period_s: float) -> None:
-        while True:
-            self.apply(await self._read(client, url))
-            await asyncio.sleep(period_s)
-
-    async def _read(self, client: httpx.AsyncClient, url: str) -> float | None:
-        try:
-            response = await client.get(url)
-            response.raise_for_status()
-            return hottest_gpu_celsius(response.text)
-        except (httpx.HTTPError, ValueError) as exc:
-            log.debug("thermal poll of %s failed: %s", url, exc)
-            return None

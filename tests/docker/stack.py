@@ -73,12 +73,19 @@ def make(target: str, env: dict[str, str], *args: str) -> subprocess.CompletedPr
 
 
 # Tuning in the tests' env file: for the gateway, so that the admission panels move (one
-# stream per key, one waiting, the rest refused: tests/integration/traffic.py `burst`);
-# for the entrypoint, a stall timeout that a SIGSTOPped engine reaches within the test.
+# stream per key, one waiting, the rest refused: tests/integration/traffic.py `burst`), and
+# a control poll that sees the memory watchdog within a second; for the entrypoint, a stall
+# timeout that a SIGSTOPped engine reaches within the test, and a memory watchdog whose
+# floor, hold and drain a test can reach in seconds (tests/docker/test_stack_memory.py).
+MEMORY_FLOOR_GIB = 1.0
 TUNING = {
     "GATEWAY_MAX_CONCURRENCY_PER_KEY": "1",
     "GATEWAY_QUEUE_SIZE": "1",
+    "GATEWAY_THERMAL_POLL_SECONDS": "1",
     "SPARKSERVE_STALL_TIMEOUT_S": "15",
+    "SPARKSERVE_MEMORY_FLOOR_GIB": f"{MEMORY_FLOOR_GIB:g}",
+    "SPARKSERVE_MEMORY_HOLD_SECONDS": "1",
+    "SPARKSERVE_MEMORY_DRAIN_SECONDS": "4",
 }
 
 

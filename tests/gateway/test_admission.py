@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gateway.admission import Admission, AdmissionLimits
-from gateway.errors import Overloaded
+from gateway.errors import MemoryLow, Overloaded
 
 
 def _admission(limit: int = 2, per_key: int = 2, queue: int = 2, timeout: float = 1.0) -> Admission:
@@ -85,5 +85,27 @@ def test_lowered_limit_applies_to_new_requests_and_raising_wakes() -> None:
         gate.set_limit(4)
         await waiter
         assert gate.active == 2
+
+    asyncio.run(scenario())
+
+
+def test_memory_low_refuses_new_and_waiting_requests_with_503_and_then_admits() -> None:
+    async def scenario() -> None:
+        gate = _admission(limit=1, queue=2)
+        await gate.acquire("a")  # admitted before memory ran short: it goes on
+        waiter = asyncio.create_task(gate.acquire("b"))
+        await asyncio.sleep(0)
+        gate.set_memory_low(True)
+        with pytest.raises(MemoryLow):
+            await waiter
+        with pytest.raises(MemoryLow) as refused:
+            await gate.acquire("c")
+        error = refused.value
+        assert (error.status_code, error.code, error.reason) == (503, "memory_low", "memory_low")
+        assert error.headers() == {"retry-after": "3"}
+        assert (gate.active, gate.waiting) == (1, 0)
+        gate.release("a")
+        gate.set_memory_low(False)
+        assert await gate.acquire("c") == 0.0
 
     asyncio.run(scenario())

@@ -1,4 +1,5 @@
-"""429 over real sockets, and the thermal guard reading the entrypoint's control /metrics."""
+"""429 over real sockets, and the thermal guard and memory gate reading the entrypoint's
+control /metrics."""
 
 from __future__ import annotations
 
@@ -69,14 +70,22 @@ def test_hottest_gpu_and_throttled_limit() -> None:
     assert throttled_limit(256, 0.5) == 128 and throttled_limit(1, 0.1) == 1
 
 
+MEMORY_LOW = """# HELP sparkserve_memory_low 1 while the memory watchdog refuses work.
+# TYPE sparkserve_memory_low gauge
+sparkserve_memory_low {low}
+"""
+
+
 @dataclass
 class Control:
     celsius: float = 50.0
     ready: bool = False
+    memory_low: int = 0
 
     def app(self) -> Starlette:
         async def metrics(request: Request) -> Response:
-            return PlainTextResponse(GPU_METRICS.format(t0=self.celsius, t1=40))
+            text = GPU_METRICS.format(t0=self.celsius, t1=40)
+            return PlainTextResponse(text + MEMORY_LOW.format(low=self.memory_low))
 
         async def ready(request: Request) -> Response:
             return Response(status_code=200 if self.ready else 503)
@@ -84,10 +93,12 @@ class Control:
         return Starlette(routes=[Route("/metrics", metrics), Route("/ready", ready)])
 
 
-def _wait_for(registry: CollectorRegistry, value: float) -> bool:
+def _wait_for(
+    registry: CollectorRegistry, value: float, gauge: str = "gateway_concurrency_limit"
+) -> bool:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        if registry.get_sample_value("gateway_concurrency_limit") == value:
+        if registry.get_sample_value(gauge) == value:
             return True
         time.sleep(0.02)
     return False
@@ -113,6 +124,37 @@ def test_thermal_guard_and_readyz_follow_the_control_endpoint(
             assert _wait_for(registry, 4)
             control.celsius = 70
             assert _wait_for(registry, 8)
+
+
+def test_memory_low_on_the_control_endpoint_is_503_for_new_work_only(
+    fake_vllm: tuple[FakeVLLM, str], make_settings: MakeSettings, registry: CollectorRegistry
+) -> None:
+    fake, upstream = fake_vllm
+    fake.hold = True
+    control = Control()
+    with serve(control.app()) as control_url:
+        settings = make_settings(
+            upstream, control_url=control_url, thermal_poll_seconds=0.02, retry_after_seconds=7
+        )
+        with serve(create_app(settings, registry=registry)) as url:
+            chat = f"{url}/v1/chat/completions"
+            with httpx.stream("POST", chat, json=STREAM, headers=auth()) as held:
+                lines = held.iter_lines()
+                assert next(lines).startswith("data: ")
+                control.memory_low = 1
+                assert _wait_for(registry, 1, "gateway_memory_low")
+                refused = httpx.post(chat, json=STREAM, headers=auth(BOB_KEY))
+                fake.release.set()
+                rest = [line for line in lines if line]
+            control.memory_low = 0
+            assert _wait_for(registry, 0, "gateway_memory_low")
+            fake.hold = False
+            again = httpx.post(chat, json={**STREAM, "stream": False}, headers=auth(BOB_KEY))
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "7"
+    assert refused.json()["error"]["code"] == "memory_low"
+    assert rest[-1] == "data: [DONE]"  # the stream admitted before went on to its end
+    assert again.status_code == 200
+    assert registry.get_sample_value("gateway_rejected_total", {"reason": "memory_low"}) == 1
 
 
 def test_upstream_down_is_503_then_recovers(

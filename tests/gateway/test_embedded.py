@@ -387,6 +387,28 @@ def test_the_thermal_guard_polls_beside_vllms_lifespan(make_settings: MakeSettin
     assert limits == [8.0, 4.0]
 
 
+def test_memory_low_on_the_control_endpoint_refuses_new_work_before_vllm(
+    make_settings: MakeSettings,
+) -> None:
+    """The same control poll as the standalone gateway's (the thermal test above runs
+    it): while the entrypoint says memory is short, a request gets 503 + Retry-After
+    and never reaches vLLM's handler; once it says otherwise, it does."""
+    inner, registry = Inner(), CollectorRegistry()
+    settings = make_settings(retry_after_seconds=9)
+    gateway = EmbeddedGateway(inner, settings, registry)
+    body = b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}]}'
+    key = f"Bearer {ALICE_KEY}"
+    gateway.control_poll.apply("sparkserve_memory_low 1\n")
+    refused = _call(gateway, _http(authorization=key), body)
+    start = next(m for m in refused if m["type"] == "http.response.start")
+    assert start["status"] == 503 and (b"retry-after", b"9") in start["headers"]
+    assert json.loads(_body(refused))["error"]["code"] == "memory_low"
+    assert inner.calls == []
+    gateway.control_poll.apply("sparkserve_memory_low 0\n")
+    assert _status(_call(gateway, _http(authorization=key), body)) == 200
+    assert registry.get_sample_value("gateway_rejected_total", {"reason": "memory_low"}) == 1
+
+
 def test_the_clients_key_never_reaches_vllm(make_settings: MakeSettings) -> None:
     """As the standalone gateway never forwards it: not on the prepared routes, not on
     vLLM's other guarded paths, not on a websocket."""
