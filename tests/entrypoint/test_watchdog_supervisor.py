@@ -2,7 +2,7 @@
 
 Memory running short is an error path that real pressure on a shared test host cannot
 give safely or repeatably, so the reading is injected here (`Pressure`); the same path
-under real pressure, in a container with a memory limit, is tests/docker/test_memory_watchdog.py.
+under real pressure, in a container with a memory limit, is tests/docker/test_stack_memory.py.
 """
 
 from __future__ import annotations
