@@ -57,10 +57,16 @@ def _memory_args(plan: Plan) -> list[str]:
     if plan.kv_mode == "utilization":
         return ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
     args = ["--kv-cache-memory-bytes", str(plan.kv_cache_bytes)]
+    # vLLM still refuses to start unless free (MemAvailable on UMA) ≥ ceil(total × util)
+    # (v1/worker/utils.py request_memory), even with the pool fixed: the user's fraction,
+    # else the one the plan chose (UMA) or the one that covers the fixed pool's plan.
+    given = plan.settings.gpu_memory_utilization
+    if given is not None and plan.settings.device == "cuda":
+        return [*args, "--gpu-memory-utilization", f"{given:g}"]
     start = plan.uma_start_utilization
+    if start is None:
+        start = plan.fixed_start_utilization
     if start is not None:
-        # vLLM still refuses to start unless free (MemAvailable on UMA) ≥ ceil(total × util)
-        # (v1/worker/utils.py request_memory), even with the pool fixed.
         args += ["--gpu-memory-utilization", f"{start:.3f}"]
     return args
 
