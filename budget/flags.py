@@ -58,15 +58,12 @@ def _memory_args(plan: Plan) -> list[str]:
         return ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
     args = ["--kv-cache-memory-bytes", str(plan.kv_cache_bytes)]
     # vLLM still refuses to start unless free (MemAvailable on UMA) ≥ ceil(total × util)
-    # (v1/worker/utils.py request_memory), even with the pool fixed: the user's fraction,
-    # else the one the plan chose (UMA) or the one that covers the fixed pool's plan.
-    given = plan.settings.gpu_memory_utilization
-    if given is not None and plan.settings.device == "cuda":
-        return [*args, "--gpu-memory-utilization", f"{given:g}"]
-    start = plan.uma_start_utilization
-    if start is None:
-        start = plan.fixed_start_utilization
-    if start is not None:
+    # (v1/worker/utils.py request_memory), even with the pool fixed: the user's fraction
+    # as given, else the one the plan chose (UMA) or the one that covers a fixed pool.
+    start = plan.start_utilization
+    if start is not None and start == plan.settings.gpu_memory_utilization:
+        args += ["--gpu-memory-utilization", f"{start:g}"]
+    elif start is not None:
         args += ["--gpu-memory-utilization", f"{start:.3f}"]
     return args
 

@@ -128,6 +128,17 @@ class Plan:
         return min(thousandths, 1000) / 1000
 
     @property
+    def start_utilization(self) -> float | None:
+        """The --gpu-memory-utilization a plan with its KV bytes set passes on cuda: the
+        user's, else the chosen pool's, else the fixed pool's covering one."""
+        s = self.settings
+        if self.kv_mode == "utilization" or s.device != "cuda":
+            return None
+        if s.gpu_memory_utilization is not None:
+            return s.gpu_memory_utilization
+        return self.uma_start_utilization or self.fixed_start_utilization
+
+    @property
     def ple_traffic(self) -> dict[str, int] | None:
         """Offloaded-embedding lookups and bytes per prefill chunk (seed: ≈16 rows/token)."""
         return self._ple_traffic
