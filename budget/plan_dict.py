@@ -51,7 +51,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 
 def _settings(plan: Plan) -> dict[str, Any]:
     s = plan.settings
-    util = plan.gpu_memory_utilization or plan.uma_start_utilization
+    util = plan.gpu_memory_utilization or plan.start_utilization
     return {
         "tp": s.tp,
         "pp": s.pp,

@@ -59,12 +59,13 @@ def _kv_rows(plan: Plan) -> list[str]:
         *(f"vLLM will log: {line}" for line in lines),
     ]
     rows += [f"vLLM will log: {extra}" for extra in plan.layout.log_lines]
-    if plan.mem_available_at_start_bytes is not None:
+    fraction = plan.start_utilization or plan.gpu_memory_utilization
+    if plan.mem_available_at_start_bytes is not None and fraction is not None:
         rows.append(
             f"start     vLLM will see MemAvailable ≈ "
             f"{plan.mem_available_at_start_bytes / GiB:.2f} GiB; it requires "
             f"ceil(total × utilization), hence --gpu-memory-utilization "
-            f"{plan.uma_start_utilization} (if start fails: sync; echo 3 > "
+            f"{fraction:g} (if start fails: sync; echo 3 > "
             "/proc/sys/vm/drop_caches)"
         )
     if plan.ple_traffic:

@@ -163,6 +163,14 @@ def _reaches(version: Version, first: tuple[int, int, int]) -> bool:
     return version >= Version(".".join(str(part) for part in first))
 
 
+def release_reaches(raw: str, first: tuple[int, int, int]) -> bool:
+    """Whether vLLM `raw` is `first` or later (a source build without tags: yes)."""
+    version = parse_vllm_version(raw)
+    if version.is_devrelease and _release(version)[:2] == UNTAGGED_SOURCE_BUILD:
+        return True
+    return _reaches(version, first)
+
+
 def _set_for(version: Version) -> VLLMRules:
     chosen = RULE_SETS[0]
     for rules in RULE_SETS:
@@ -205,10 +213,7 @@ CUDAGRAPH_METRICS_FIRST = (0, 14, 0)
 
 def has_cudagraph_metrics_flag(raw: str) -> bool:
     """Whether vLLM `raw` takes `--cudagraph-metrics` (a source build without tags: yes)."""
-    version = parse_vllm_version(raw)
-    if version.is_devrelease and _release(version)[:2] == UNTAGGED_SOURCE_BUILD:
-        return True
-    return _reaches(version, CUDAGRAPH_METRICS_FIRST)
+    return release_reaches(raw, CUDAGRAPH_METRICS_FIRST)
 
 
 # layers/mamba/gdn/qwen_gdn_linear_attn.py `_resolve_gdn_prefill_backend` (0.33, 0.34):

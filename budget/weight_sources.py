@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from budget import mxfp4
 from budget.checkpoint import DRAFT_VOCAB, MTP, CheckpointWeights, checkpoint_weights, per_rank
 from budget.model import ModelSpec
 from budget.profiles import ModelProfile
@@ -21,6 +22,15 @@ FORMAT_ASSUMPTIONS = {
     "mxfp4": "MXFP4 = 4-bit E2M1 values + one E8M0 scale byte per 32 = 4.25 bits; as in "
     "gpt-oss's checkpoint, attention, router, expert biases, embeddings and lm_head bf16",
 }
+TRITON_NOTE = (
+    "exact: vLLM's TRITON MXFP4 MoE layout on SM 9.0 (budget/mxfp4.py): swizzled values "
+    "and scales with their padding{kept}, biases float32"
+)
+# Another GPU: vLLM's backend there depends on what is installed (oracle/mxfp4.py).
+OTHER_BACKEND_NOTE = (
+    "assumed: the checkpoint's layout; on SM {sm} vLLM picks FlashInfer's CUTLASS or "
+    "Marlin MXFP4 MoE backend, whose padding and repacking the planner does not model"
+)
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,7 @@ def weight_sizes(profile: ModelProfile, s: Settings) -> WeightSizes:
         sizes = _checkpoint_sizes(profile, s)
     else:
         sizes = _params_sizes(profile, s)
+    sizes = _mxfp4_experts(profile.spec, s, sizes, from_params=profile.checkpoint is None)
     if s.draft is None:
         return sizes
     draft_bytes, note, source = _drafter_sizes(s)
@@ -155,3 +166,23 @@ def weight_sizes(profile: ModelProfile, s: Settings) -> WeightSizes:
         {**sizes.notes, "draft_model": note},
         {**sizes.source, "drafter": source},
     )
+
+
+def _mxfp4_experts(m: ModelSpec, s: Settings, sizes: WeightSizes, from_params: bool) -> WeightSizes:
+    """gpt-oss's experts as vLLM repacks them on SM 9.0 (TRITON); elsewhere as stored,
+    with the assumption named."""
+    key = "weights.routed_experts"
+    if m.architecture != mxfp4.GPT_OSS or m.quantization != "mxfp4" or key not in sizes.bytes:
+        return sizes
+    bytes_, notes = dict(sizes.bytes), dict(sizes.notes)
+    if not mxfp4.applies(m, s.device, s.hardware.sm):
+        if s.device == "cuda":
+            notes[key] += "; " + OTHER_BACKEND_NOTE.format(sm=s.hardware.sm or "unknown")
+        return WeightSizes(bytes_, notes, sizes.source)
+    bytes_[key] = mxfp4.resident_bytes(m, s.tp, s.pp, s.vllm.version)
+    layout = mxfp4.triton_layout(s.vllm.version)
+    kept = ", the loaded scales kept beside them" if layout.keeps_loaded_scales else ""
+    notes[key] = TRITON_NOTE.format(kept=kept)
+    if from_params:  # the parameter count put the experts' bf16 biases with the router
+        bytes_["weights.router"] -= mxfp4.bf16_expert_bias_bytes(m, s.pp)
+    return WeightSizes(bytes_, notes, sizes.source)

