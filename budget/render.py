@@ -65,8 +65,7 @@ def _kv_rows(plan: Plan) -> list[str]:
             f"start     vLLM will see MemAvailable ≈ "
             f"{plan.mem_available_at_start_bytes / GiB:.2f} GiB; it requires "
             f"ceil(total × utilization), hence --gpu-memory-utilization "
-            f"{fraction:g} (if start fails: sync; echo 3 > "
-            "/proc/sys/vm/drop_caches)"
+            f"{fraction:g} (the page cache counts as available there: docs/dgx-spark.md)"
         )
     if plan.ple_traffic:
         t = plan.ple_traffic
