@@ -6,8 +6,8 @@ A process `docker exec`ed into the container takes memory in 64 MiB chunks, each
 written so that the kernel charges it to the container's cgroup. Held 512 MiB above the
 floor under a steady load, nothing trips; taken 256 MiB under it, with a stream in
 flight, the gateway refuses new work with 503 + Retry-After, the entrypoint stops vLLM
-and exits 4 (no OOM kill), the stream ends with the gateway's error event, and the
-restart policy brings the container back to serve. One more vLLM restart, no other stack.
+and exits 4 (no OOM kill), the stream ends with an error event, and the restart
+policy brings the container back to serve. One more vLLM restart, no other stack.
 
 A stream in flight when vLLM is stopped ends with an error event: vLLM's own (its engine
 core is gone: `EngineCore encountered an issue`) where its API server still writes one,
