@@ -156,13 +156,17 @@ class Supervisor:
 
     def _memory_stop(self, child: VLLMChild, what: str) -> NoReturn:
         """The watchdog's end: vLLM stopped like on SIGTERM, then exit 4."""
+        self._stop_vllm(child, what, "")
+        raise MemoryLowError(f"memory watchdog: {what}; vLLM stopped")
+
+    def _stop_vllm(self, child: VLLMChild, why: str, then: str) -> None:
+        """SIGTERM to vLLM's group, SIGKILL after the grace period; /ready 503 meanwhile."""
         ctx = self.ctx
         ctx.lifecycle.update(phase=STOPPING)
         grace = ctx.config.stop_grace_seconds
-        ctx.console.say(f"{what}: stopping vLLM (SIGTERM, SIGKILL after {grace:g} s)")
+        ctx.console.say(f"{why}: stopping vLLM (SIGTERM, SIGKILL after {grace:g} s)")
         code = child.stop(grace)
-        ctx.console.say(f"vLLM stopped ({describe_returncode(code)})")
-        raise MemoryLowError(f"memory watchdog: {what}; vLLM stopped")
+        ctx.console.say(f"vLLM stopped ({describe_returncode(code)}){then}")
 
     def _report_exit(self, child: VLLMChild, code: int) -> NoReturn:
         child.kill_group()  # what is left of vLLM holds its output pipe open
@@ -288,12 +292,7 @@ class Supervisor:
             self.ctx.console.say("vLLM answers /health again: /ready is 200")
 
     def _stop(self, child: VLLMChild, stop: StopRequested) -> int:
-        ctx = self.ctx
-        ctx.lifecycle.update(phase=STOPPING)
-        grace = ctx.config.stop_grace_seconds
-        ctx.console.say(f"received {stop}: stopping vLLM (SIGTERM, SIGKILL after {grace:g} s)")
-        code = child.stop(grace)
-        ctx.console.say(f"vLLM stopped ({describe_returncode(code)}); exiting {stop.exit_code}")
+        self._stop_vllm(child, f"received {stop}", f"; exiting {stop.exit_code}")
         return stop.exit_code
 
 
