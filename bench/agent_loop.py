@@ -1,10 +1,10 @@
-"""Agent loop (seed 004): a long stable prefix and a growing tail of tool results.
+"""Agent loop (the prefix-cache article): a long stable prefix and a growing tail of tool results.
 
 Layout as a typical coding agent sends it: system prompt (persona, fixed rules,
 then the current time — a volatile value), tool schemas, repository context and
 task, then per turn an assistant tool call and its result.  The timestamp moves
 every turn, so a direct request reuses the cache only up to it; a gateway that
-moves volatile values last (seed 004) keeps the whole prefix cacheable.
+moves volatile values last (the prefix-cache article) keeps the whole prefix cacheable.
 Histories are synthetic (not the model's output) so every run sends the same
 tokens.
 """

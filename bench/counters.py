@@ -3,7 +3,7 @@
 A `Snapshot` maps each vLLM series `name{label="v",…}` (labels `model_name` and `engine` folded
 away, i.e. summed over engines) to the value of every counter sample and every
 histogram `_sum`/`_count`.  Deltas over a run are what the report shows next to
-the client-side numbers (DESIGN §3 Metrics).
+the client-side numbers (docs/kv-arithmetic.md Metrics).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Step 2 of seed 000: does every uniform decode width (1+K)×S hit a captured graph?
+"""Step 2 of the tuning article: does every uniform decode width (1+K)×S hit a captured graph?
 
 `coverage` predicts it from the capture sizes and mode vLLM logged at start;
 `graph_hits` sets that prediction beside what vLLM reported it ran

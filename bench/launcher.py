@@ -2,7 +2,7 @@
 
 The launcher is a subprocess in its own session configured by SPARKSERVE_* env;
 it must serve vLLM's OpenAI API on SPARKSERVE_PORT and answer 200 on
-`/ready` of SPARKSERVE_CONTROL_PORT once warmed up (DESIGN §2).  A launcher
+`/ready` of SPARKSERVE_CONTROL_PORT once warmed up (docs/entrypoint.md).  A launcher
 that exits before it is ready fails the setting at once, with its last log lines.
 """
 

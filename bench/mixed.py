@@ -1,4 +1,4 @@
-"""Mixed traffic (seed 000 §5.3): D streaming decodes while a long prompt arrives.
+"""Mixed traffic (the tuning article §5.3): D streaming decodes while a long prompt arrives.
 
 Two probes first: the long prompt's prefill alone (a different text of the same
 size, so it leaves nothing in the cache for the measured one) and one short

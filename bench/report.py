@@ -97,7 +97,7 @@ def agent_loop_section(summary: Mapping[str, Any]) -> str:
         for name, t in targets.items()
     ]
     parts = [
-        "## Agent loop (seed 004 layout)\n",
+        "## Agent loop (the prefix-cache article layout)\n",
         table(
             ("target", "hit rate after turn 0", "cached tokens", "prompt tokens", "mean TTFT ms"),
             side,
@@ -142,7 +142,7 @@ def mixed_section(summary: Mapping[str, Any]) -> str:
         ],
     )
     return (
-        "## Mixed traffic (seed 000 §5.3)\n\n"
+        "## Mixed traffic (the tuning article §5.3)\n\n"
         + table(("decode inter-chunk gap", "p50 ms", "p95 ms", "p99 ms"), rows)
         + "\n\n"
         + facts

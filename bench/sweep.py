@@ -1,4 +1,4 @@
-"""Sweeps in seed 000's order, one vLLM restart per setting, resumable.
+"""Sweeps in the tuning article's order, one vLLM restart per setting, resumable.
 
 (1) MTP K with everything else fixed → tokens/s, acceptance; (2) for each K the
 (1+K)×S graph coverage; (3) prefill chunk → TTFT, prefill tok/s, KV pool, decode
@@ -49,7 +49,7 @@ ORDER = tuple(STAGES)
 
 
 def ordered(params: Sequence[tuple[str, Sequence[int]]]) -> list[tuple[Stage, list[int]]]:
-    """Validate the swept parameters and put them in seed 000's order."""
+    """Validate the swept parameters and put them in the tuning article's order."""
     seen = set()
     for param, values in params:
         if param not in STAGES:

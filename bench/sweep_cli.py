@@ -49,7 +49,7 @@ def add_sweep(sub: Any) -> None:
         action="append",
         required=True,
         choices=tuple(STAGES),
-        help="parameter to sweep (repeatable; run in seed 000's order)",
+        help="parameter to sweep (repeatable; run in the tuning article's order)",
     )
     p.add_argument(
         "--values",

@@ -1,4 +1,4 @@
-"""The sweep's Markdown report and plots: one table per stage, in seed 000's order."""
+"""The sweep's Markdown report and plots: one table per stage, in the tuning article's order."""
 
 from __future__ import annotations
 
@@ -66,7 +66,11 @@ def graph_hits_section(param: str, rows: Sequence[Mapping[str, Any]]) -> list[st
 
 
 def render_sweep(result: Mapping[str, Any], plots: Mapping[str, Sequence[str]]) -> str:
-    parts = ["# Sweep (seed 000 tuning order)", "", f"Settings: `{json.dumps(result['identity'])}`"]
+    parts = [
+        "# Sweep (the tuning article tuning order)",
+        "",
+        f"Settings: `{json.dumps(result['identity'])}`",
+    ]
     for stage in result["stages"]:
         parts += ["", f"## {stage['param']} — {stage['step']}", ""]
         parts.append(

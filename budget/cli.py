@@ -1,4 +1,4 @@
-"""`python -m budget plan` — the command-line contract of DESIGN §2.
+"""`python -m budget plan` — the command-line contract of docs/budget.md.
 
 Exit 0 when the plan fits, 1 when it does not (the output says why and what to
 change), 2 on bad input (one line on stderr, never a traceback).  The plan's options

@@ -86,7 +86,7 @@ def env_lines(plan: Plan) -> list[str]:
     }
     if not s.hybrid_kv_cache_manager:
         values["HYBRID_KV_CACHE_MANAGER"] = "off"
-    if s.nodes > 1:  # scale-out inputs (issue 4); absent on one node
+    if s.nodes > 1:  # scale-out inputs; absent on one node
         values.update(PP=s.pp, NODES=s.nodes)
     if plan.kv_mode != "utilization":
         values["KV_CACHE_MEMORY_BYTES"] = plan.kv_cache_bytes

@@ -4,7 +4,7 @@
 from the profile, else vLLM's default).  Each field's metadata makes the matching
 `python -m budget plan --<name>` flag and, unless it says `entrypoint=False`, the
 entrypoint's `SPARKSERVE_<NAME>` setting and flag; their docs tables are generated from
-`SETTINGS` too (DESIGN §2).
+`SETTINGS` too (docs/budget.md).
 """
 
 from __future__ import annotations

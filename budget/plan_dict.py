@@ -1,4 +1,4 @@
-"""The JSON contract of a plan (DESIGN §2): the required keys first, then details."""
+"""The JSON contract of a plan (docs/budget.md): the required keys first, then details."""
 
 from __future__ import annotations
 

@@ -148,7 +148,7 @@ def _named_hardware(opts: PlanOptions, profile: ModelProfile, device: str) -> Ha
 def _batch_defaults(device: str, hw: Hardware) -> tuple[int, int]:
     if device == "cpu":
         return CPU_DEFAULTS
-    if hw.uma:  # GB10 (DESIGN §3)
+    if hw.uma:  # GB10 (docs/kv-arithmetic.md)
         return GPU_SMALL_DEFAULTS
     if hw.memory_bytes >= 160 * GiB:
         return GPU_160G_DEFAULTS
@@ -242,7 +242,7 @@ def _memory(opts: PlanOptions, device: str) -> tuple[float | None, int | None, i
     return util, opts.kv_cache_memory_bytes, block
 
 
-DEFAULT_DRAFT_ROWS = 65_536  # seed 000 §3.3; python -m draftvocab's default too
+DEFAULT_DRAFT_ROWS = 65_536  # the tuning article §3.3; python -m draftvocab's default too
 
 
 def _draft_rows(opts: PlanOptions, profile: ModelProfile) -> int:

@@ -1,8 +1,8 @@
 """GDN prefill backend: avoid FlashInfer's minutes-long JIT on the first GPU start.
 
 On cuda, vLLM's GDN (gated delta net) prefill of Qwen3-Next / Qwen3.5 defaults to
-FlashInfer's kernel, compiled just in time on first start (minutes; DESIGN §3,
-shared/gpu/README.md). `--gdn-prefill-backend triton` (vllm/engine/arg_utils.py)
+FlashInfer's kernel, compiled just in time on first start (minutes;
+docs/gpu-entrypoint.md). `--gdn-prefill-backend triton` (vllm/engine/arg_utils.py)
 avoids it. The entrypoint plans GDN models on cuda with SPARKSERVE_GDN_PREFILL_BACKEND,
 else the backend SPARKSERVE_VLLM_EXTRA_ARGS gives (theirs wins), else triton
 (entrypoint/planning.py), so the plan's KV blocks are those vLLM builds (FlashInfer's

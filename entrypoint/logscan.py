@@ -1,6 +1,6 @@
 """Read vLLM's log lines: start-up phases and the numbers to calibrate the plan against.
 
-Lines parsed (DESIGN §3; vllm/v1/core/kv_cache_utils.py, vllm/v1/worker/gpu_worker.py,
+Lines parsed (docs/kv-arithmetic.md; vllm/v1/core/kv_cache_utils.py, vllm/v1/worker/gpu_worker.py,
 gpu_model_runner.py): `GPU KV cache size: N tokens, Maximum concurrency for L tokens
 per request: X.XXx` (CPU prefix on CPU; two lines on vLLM 0.24), `Available KV cache
 memory: X GiB`, `Model loading took X GiB`, `Loading weights took X seconds`,

@@ -1,4 +1,4 @@
-"""Checks before launch; each failure is one line and an exit code (DESIGN §2).
+"""Checks before launch; each failure is one line and an exit code (docs/entrypoint.md).
 
 Model directory readable; weights known for a profile; the plan fits; on unified
 memory, the free figure the planned vLLM release compares covers what it will request

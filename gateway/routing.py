@@ -1,4 +1,4 @@
-"""Choosing a replica for a request (issue 4): pure functions, no I/O, no clock.
+"""Choosing a replica for a request: pure functions, no I/O, no clock.
 
 Affinity: a request's key is a hash of its stable prefix after layout (the
 tenant's cache salt, the leading system/developer messages, the tools), so

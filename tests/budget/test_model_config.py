@@ -82,7 +82,7 @@ def test_negative_field_rejected() -> None:
 
 
 def test_qwen3_next_80b_parameter_counts_match_published() -> None:
-    # DESIGN §5: 79,674,391,296 parameters, 3,874,929,408 active (HF model card).
+    # docs/sources.md: 79,674,391,296 parameters, 3,874,929,408 active (HF model card).
     spec = load_model("qwen3-next-80b-a3b").spec
     params = main_model_params(spec)
     assert sum(params.values()) == 79_674_391_296

@@ -1,4 +1,4 @@
-"""Cross-checks against the seed articles' own figures (DESIGN §5)."""
+"""Cross-checks against the seed articles' own figures (docs/sources.md)."""
 
 from __future__ import annotations
 

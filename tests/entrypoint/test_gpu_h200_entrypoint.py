@@ -1,5 +1,5 @@
-"""The recorded H200 runs of issue 27: `python -m entrypoint` with the real CUDA vLLM
-0.24.0 on the lent H200 (2026-12-03), the Qwen3-Next-shaped hybrid with the seeds'
+"""The recorded H200 runs of `python -m entrypoint` with the real CUDA vLLM
+0.24.0 on an H200 (2026-12-03), the Qwen3-Next-shaped hybrid with the seeds'
 settings (MTP 3, FULL_DECODE_ONLY [4, 8, 12, 16], 4 sequences, chunk 2,048), driven by
 tools/gpu/entrypoint_h200.sh. `without_prefill_sizes/`: four starts (cold and warm
 compile caches, warm-up on and off) with the warm-up as it was; `with_prefill_sizes/`:
@@ -35,7 +35,7 @@ GPU_SERIES = {
     "sparkserve_gpu_memory_bytes",
     "sparkserve_gpu_info",
 }
-TARGET_RATIO = 1.2  # issue 27: first ≤ 1.2× steady with warm-up on
+TARGET_RATIO = 1.2  # first ≤ 1.2× steady with warm-up on
 
 
 def lines_of(path: Path) -> list[tuple[float, str]]:

@@ -1,4 +1,4 @@
-"""tools/gpu/ray_tp2.sh, the GPU run of the head role through Ray (issue 4), checked here.
+"""tools/gpu/ray_tp2.sh, the GPU run of the head role through Ray, checked here.
 
 The script's SPARKSERVE_* settings are read out of the script itself and given to the
 entrypoint's own config, planner, head launch and vLLM flag check, so a setting that

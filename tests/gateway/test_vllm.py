@@ -29,7 +29,7 @@ from tests.gateway.server import serve
 from tests.vllm_proc import VLLMServer
 
 pytestmark = pytest.mark.vllm
-# vLLM on CPU hashes prefix blocks of 128 tokens (DESIGN §4): only full blocks hit.
+# vLLM on CPU hashes prefix blocks of 128 tokens (docs/entrypoint.md): only full blocks hit.
 CPU_BLOCK_TOKENS = 128
 WORDS = (
     "the model reads the file and writes a test for the cache of each request then runs "

@@ -197,7 +197,7 @@ def test_every_metric_a_dashboard_names_is_exposed(stack, vllm_server):
 
 
 def test_a_renamed_metric_is_caught(stack):
-    """vLLM's retired names (DESIGN §3) are not exposed: the check above would fail."""
+    """vLLM's retired names (docs/kv-arithmetic.md) are not exposed: the check above would fail."""
     exposed = set().union(*map(sample_names, stack.metrics_texts.values()))
     assert "vllm:gpu_cache_usage_perc" not in exposed
     assert "vllm:time_per_output_token_seconds_bucket" not in exposed

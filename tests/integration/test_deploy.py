@@ -1,4 +1,4 @@
-"""Dockerfile, compose.yaml, .env.example: checked without a Docker engine (DESIGN §6)."""
+"""Dockerfile, compose.yaml, .env.example: checked without a Docker engine (docs/deploy.md)."""
 
 from __future__ import annotations
 

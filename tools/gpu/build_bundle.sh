@@ -1,5 +1,5 @@
 #!/bin/bash
-# Build, on a development machine, what tools/gpu/entrypoint_h200.sh sends to the lent GPU:
+# Build, on a development machine, what tools/gpu/entrypoint_h200.sh sends to the GPU host:
 # one tar (whl/ + prometheus.xz) split into 56 MiB parts, each in its own folder of the
 # checkout that the device tool sends (names in .git/info/exclude, never committed).
 #

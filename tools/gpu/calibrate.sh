@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU calibration runs (issue 9): one factor at a time against the seeds' settings.
+# GPU calibration runs: one factor at a time against the seeds' settings.
 # usage: calibrate.sh SET   (SET = a | b; each fits one ≤10-minute device call)
 # Needs vLLM installed there (tools/gpu/README.md) and $OUT set by the device tool.
 set -u

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 27: the entrypoint with the real CUDA vLLM 0.24 on the lent H200 — time to ready
+# the entrypoint with the real CUDA vLLM 0.24 on an H200 — time to ready
 # cold and warm, first request vs steady, NVML telemetry, the dashboards through Prometheus.
 #
 # What it needs on the device, sent ahead (ignored by git, never committed): one tar,

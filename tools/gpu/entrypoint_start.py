@@ -1,4 +1,4 @@
-"""One measured `python -m entrypoint` start on the lent GPU (issue 27).
+"""One measured `python -m entrypoint` start on a GPU host.
 
 Starts the entrypoint with the seeds' configuration on the Qwen3-Next-shaped `hybrid`
 model of tools/gpu/make_models.py (MTP 3, FULL_DECODE_ONLY with (K+1)×S capture sizes,
@@ -34,7 +34,7 @@ from tools.gpu import first_request
 
 MODEL_DIR = "/tmp/gpumodels/hybrid"
 CACHE_DIR = "/tmp/sscache"
-# The seeds' configuration (DESIGN §2's default profile) on the hybrid model.
+# The seeds' configuration (the default profile, docs/budget.md) on the hybrid model.
 SEEDS_ENV = {
     "SPARKSERVE_MODEL": MODEL_DIR,
     "SPARKSERVE_HARDWARE": "h200",

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One vLLM server start on the lent GPU: start, wait for start-up, one request,
+# One vLLM server start on a GPU host: start, wait for start-up, one request,
 # keep the memory lines and the whole log under $OUT, stop the process group.
 # usage: exp.sh TAG MODEL_DIR TIMEOUT_S vllm-args...   -> $OUT/TAG.log, $OUT/summary.txt
 tag=$1; model=$2; to=$3; shift 3

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 28, item 1 — NOT YET RUN (no GPU time was left when it was written).
-# The bench's step 2 on the lent H200 with vLLM's own CUDA-graph stats: which (1+K)×S
+# The bench's step 2 on an H200 with vLLM's own CUDA-graph stats: which (1+K)×S
 # widths replayed a FULL graph and which fell back, as vLLM 0.24 reports them with
 # --cudagraph-metrics (the harness adds the flag itself; bench/sweep_cli.py), for the
 # seeds' configuration and for a capture list that leaves one width uncovered.

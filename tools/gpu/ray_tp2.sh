@@ -1,5 +1,5 @@
 #!/bin/bash
-# Scale-out on a real GPU host (issue 4): `python -m entrypoint` with SPARKSERVE_ROLE=head
+# Scale-out on a real GPU host: `python -m entrypoint` with SPARKSERVE_ROLE=head
 # starts `ray start --head`, waits for the GPUs, plans, and launches the real CUDA vLLM
 # 0.24.0 with `--distributed-executor-backend ray --tensor-parallel-size $TP` on a
 # dummy-weight Llama-8B-shaped model; then one chat request, Ray's status, and a stop.
