@@ -33,8 +33,17 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"(^|\.)mtp\.", MTP),
         (r"(^|\.)(visual|vision_tower|vision_model|audio_tower|multi_modal_projector)\.", VISION),
         (r"(^|\.)(embed_tokens|wte|word_embeddings)\.", "embeddings"),
+        (r"^backbone\.embeddings\.", "embeddings"),  # Nemotron-H
         (r"(^|\.)lm_head\.", "lm_head"),
         (r"\.linear_attn\.", "gdn"),
+        # Mamba-2 mixers: Granite-4.0-H / Falcon-H1 `.mamba.`; Nemotron-H's `.mixer.`
+        # holds whichever block the layer is, so its Mamba-2 tensors go by name.
+        (r"\.mamba\.", "mamba"),
+        (r"\.mixer\.(in_proj|conv1d|out_proj|A_log|A|D|dt_bias|norm)(\.|$)", "mamba"),
+        (r"\.mixer\.[qkvo]_proj\.", "attention"),
+        (r"\.block_sparse_moe\.(input|output)_linear\.", "routed_experts"),  # Granite
+        (r"\.block_sparse_moe\.router\.", "router"),
+        (r"\.shared_mlp\.", "shared_experts"),
         (r"\.experts\.", "routed_experts"),
         (r"\.mlp\.router\.", "router"),  # gpt-oss
         (r"\.shared_experts?_gate\.", "router"),
@@ -43,6 +52,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"norm[^.]*\.(weight|bias)$", "norms"),
         (r"\.(self_attn|attn|attention)\.", "attention"),
         (r"\.(mlp|feed_forward|block_sparse_moe)\.", "dense_mlp"),
+        (r"\.mixer\.(up_proj|down_proj)\.", "dense_mlp"),  # Nemotron-H's "-" blocks
     )
 )
 REPLICATED = ("router", "norms")  # whole on every tensor-parallel rank

@@ -45,7 +45,8 @@ def activation_bytes_per_token(m: ModelSpec, tp: int) -> int:
     """Live activation of one prefill token at the profiling peak (per rank).
 
     Hidden-size buffers for every model; for GDN layers the fp32 chunk states,
-    the fp32 q/k/v after the short convolution and the qkvz projection; for MoE
+    the fp32 q/k/v after the short convolution and the qkvz projection; for Mamba-2 the
+    same three (states per `chunk_size` tokens, conv output, in_proj output); for MoE
     the fused-experts intermediate of the routed experts.
     """
     per_token = HIDDEN_BUFFERS * m.hidden_size * m.dtype_bytes
@@ -54,6 +55,13 @@ def activation_bytes_per_token(m: ModelSpec, tp: int) -> int:
         states = g.num_value_heads * g.key_head_dim * g.value_head_dim * FP32 // GDN_CHUNK
         proj = (2 * g.key_dim + 2 * g.value_dim) * m.dtype_bytes
         per_token += (states + g.conv_dim * FP32 + proj) // tp
+    if m.mamba2 is not None:
+        s = m.mamba2  # the chunked scan's fp32 states, the conv output, in_proj's output
+        states = s.num_heads * s.head_dim * s.state_size * FP32 // s.chunk_size
+        proj = (
+            2 * s.intermediate_size + 2 * s.n_groups * s.state_size + s.num_heads
+        ) * m.dtype_bytes
+        per_token += (states + s.conv_dim * FP32 + proj) // tp
     if m.moe is not None:
         fused = m.moe.experts_per_token * 2 * m.moe.expert_intermediate_size * m.dtype_bytes
         per_token += fused // tp

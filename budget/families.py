@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from budget.errors import BudgetError
+from budget.mamba2 import MAMBA2_ARCHITECTURES
 
 # vLLM architecture names (model_executor/models/registry.py, vllm 0.32) per family.
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -30,6 +31,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "Qwen3_5MoeForConditionalGeneration",
     ),
     "sliding window + full attention": ("GptOssForCausalLM", "Gemma3ForCausalLM"),
+    "Mamba-2 hybrids": MAMBA2_ARCHITECTURES,
     "drafters": (
         "EagleLlamaForCausalLM",
         "LlamaForCausalLMEagle",
@@ -41,9 +43,6 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 SUPPORTED = frozenset(arch for archs in FAMILIES.values() for arch in archs)
 # Architectures whose layers the planner knows it cannot size (vLLM 0.32 registry).
 _MAMBA_ARCHITECTURES = (
-    "NemotronHForCausalLM",
-    "GraniteMoeHybridForCausalLM",
-    "FalconH1ForCausalLM",
     "MambaForCausalLM",
     "Mamba2ForCausalLM",
     "FalconMambaForCausalLM",
@@ -81,12 +80,13 @@ def _short() -> str:
     return (
         "Llama/Mistral/Qwen2/Qwen3 dense, Qwen3-MoE, Qwen3-Next and Qwen3.5 "
         "(Gated-DeltaNet hybrids), gpt-oss and Gemma 3 text (sliding window), "
+        "Nemotron-H/Nemotron-3, Granite-4.0-H and Falcon-H1 (Mamba-2 hybrids), "
         "EAGLE/EAGLE-3/DFlash drafters"
     )
 
 
-def _mamba_fields(cfg: dict[str, Any]) -> list[str]:
-    if _GDN_FIELD in cfg:
+def _mamba_fields(cfg: dict[str, Any], architecture: str) -> list[str]:
+    if _GDN_FIELD in cfg or architecture in MAMBA2_ARCHITECTURES:
         return []
     return [key for key in _MAMBA_FIELDS if cfg.get(key) is not None]
 
@@ -111,7 +111,7 @@ def check_family(architecture: str, cfg: dict[str, Any], source: str) -> None:
     """Refuse what the planner cannot size; `cfg` is the language model's config."""
     if architecture in _MAMBA_ARCHITECTURES:
         raise _refuse(source, f"architecture {architecture!r} (Mamba/SSM layers)")
-    if mamba := _mamba_fields(cfg):
+    if mamba := _mamba_fields(cfg, architecture):
         raise _refuse(source, f"a {architecture!r} config with Mamba/SSM fields ({mamba[0]!r})")
     if architecture not in SUPPORTED:
         raise _refuse(source, f"architecture {architecture!r}")
@@ -121,6 +121,9 @@ def check_family(architecture: str, cfg: dict[str, Any], source: str) -> None:
         raise _refuse(source, "multi-head latent attention ('kv_lora_rank')")
     if cfg.get("attention_chunk_size") is not None:
         raise _refuse(source, "chunked local attention ('attention_chunk_size')")
+    if architecture in MAMBA2_ARCHITECTURES and cfg.get("sliding_window") is not None:
+        window = cfg["sliding_window"]
+        raise _refuse(source, f"sliding_window={window} beside Mamba-2 layers")
     if architecture in FAMILIES["dense full attention"] and _whole_model_window(cfg):
         window = cfg["sliding_window"]
         raise _refuse(source, f"sliding_window={window} on every layer (no 'layer_types')")

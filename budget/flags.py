@@ -39,7 +39,7 @@ def vllm_args(plan: Plan) -> list[str]:
     args += _memory_args(plan)
     if s.speculation is not None:
         args += ["--speculative-config", s.speculation.to_json()]
-    if s.gdn_prefill_backend and plan.model.is_hybrid and s.device == "cuda":
+    if s.gdn_prefill_backend and plan.model.gdn is not None and s.device == "cuda":
         args += ["--gdn-prefill-backend", s.gdn_prefill_backend]
     if s.device == "cuda":
         compilation = {

@@ -25,9 +25,13 @@ from budget.kv_blocks import (
 from budget.kv_drafter import DraftKV, attention_buckets, check_draft_groups
 from budget.kv_mamba import (
     GDNState,
+    Mamba2Dims,
     align_hybrid_block_size,
+    all_mode_block_size,
     gdn_state,
+    mamba2_state,
     mamba_blocks_per_request,
+    raise_block,
 )
 from budget.kv_sliding import (
     concurrent_batches,
@@ -90,6 +94,10 @@ class KVModel:
     # sliding_attention layers (gpt-oss, Gemma 3) and the tokens their window covers.
     num_sliding_layers: int = 0
     sliding_window: int = 0
+    # Mamba-2 layers (Nemotron-H, Granite-4.0-H, Falcon-H1): their mixer's dimensions;
+    # the SSM state's dtype is ssm_state_dtype_bytes, the conv state's the model's.
+    num_mamba2_layers: int = 0
+    mamba2: Mamba2Dims | None = None
 
     def __post_init__(self) -> None:
         _require_min(self, _MODEL_POSITIVE_FIELDS[1:], 1)
@@ -101,9 +109,23 @@ class KVModel:
         if self.num_sliding_layers:
             _require_min(self, ("sliding_window",), 1, " for sliding-window layers")
             _require(
-                not self.num_gdn_layers,
-                "sliding-window layers beside Gated-DeltaNet layers are not modelled",
+                not (self.num_gdn_layers or self.num_mamba2_layers),
+                "sliding-window layers beside Gated-DeltaNet or Mamba-2 layers are not modelled",
             )
+        _require_min(self, ("num_mamba2_layers",), 0)
+        _require(
+            not (self.num_mamba2_layers and self.num_gdn_layers),
+            "Gated-DeltaNet and Mamba-2 layers in one model are not modelled",
+        )
+        _require(
+            not self.num_mamba2_layers or self.mamba2 is not None,
+            "num_mamba2_layers > 0 needs the Mamba-2 dimensions (mamba2)",
+        )
+
+    @property
+    def num_state_layers(self) -> int:
+        """Layers with a recurrent state (GDN or Mamba-2): vLLM's MambaSpec layers."""
+        return self.num_gdn_layers + self.num_mamba2_layers
 
 
 @dataclass(frozen=True)
@@ -164,7 +186,9 @@ class KVLayout:
     num_attention_groups: int = 1
     num_mamba_groups: int = 0
     mamba_blocks_per_group: int = 0  # per request, per mamba group
-    mamba_cache_mode: str = "none"  # "align" with prefix caching on a hybrid
+    mamba_cache_mode: str = "none"  # "align" with prefix caching on a hybrid; "all" (Mamba-2)
+    # Mode "all": the mamba block; each mamba group then keeps cdiv(L, it) blocks more.
+    mamba_all_block_size: int = 0
     kv_heads_per_rank: int = 0
     attention_layers: int = 0  # main + MTP full-attention KV layers
     conv_state_shape: tuple[int, ...] = field(default=())
@@ -241,7 +265,7 @@ def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
     draft_per_token = _draft_per_token(model, settings, per_token)
     if model.num_sliding_layers:
         return _sliding_layout(model, settings, kv_heads, per_token)
-    if not model.num_gdn_layers:
+    if not model.num_state_layers:
         block_size = start_block_size(settings.device, settings.block_size)
         page = block_size * per_token
         # A drafter with other heads: one group of every layer, each its own page
@@ -307,9 +331,18 @@ def _sliding_layout(
     return replace(layout, blocks_per_request=blocks_per_request(layout, settings.max_model_len))
 
 
-def _model_gdn_state(model: KVModel, settings: KVSettings) -> GDNState:
-    """The GDN state per layer and slot on one rank (K spec tokens widen the conv)."""
+def _model_state(model: KVModel, settings: KVSettings) -> GDNState:
+    """The GDN or Mamba-2 state per layer and slot on one rank (K spec tokens widen the
+    conv)."""
     cpu_fp32_ssm = settings.device == "cpu" and settings.cpu_avx512_bf16
+    if model.mamba2 is not None and model.num_mamba2_layers:
+        return mamba2_state(
+            model.mamba2,
+            tp=settings.tp,
+            num_spec_tokens=settings.mtp_k,
+            conv_dtype_bytes=model.conv_state_dtype_bytes,
+            ssm_dtype_bytes=4 if cpu_fp32_ssm else model.ssm_state_dtype_bytes,
+        )
     return gdn_state(
         num_key_heads=model.linear_num_key_heads,
         num_value_heads=model.linear_num_value_heads,
@@ -326,36 +359,73 @@ def _model_gdn_state(model: KVModel, settings: KVSettings) -> GDNState:
 def _hybrid_layout(
     model: KVModel, settings: KVSettings, kv_heads: int, per_token: int, draft: DraftKV
 ) -> KVLayout:
-    """Qwen3-Next style: full-attention layers + GDN layers sharing one page size."""
+    """Qwen3-Next / Mamba-2 style: full-attention layers + GDN or Mamba-2 layers sharing
+    one page size."""
+    kind = "Mamba-2" if model.num_mamba2_layers else "Gated-DeltaNet"
+    _require(
+        not (model.num_mamba2_layers and settings.mtp_k),
+        f"mtp_k={settings.mtp_k}: speculative decoding beside Mamba-2 layers is not modelled "
+        "(vLLM's Nemotron-H MTP head and its mamba cache modes); plan without speculation",
+    )
     _require(
         settings.hybrid_kv_cache_manager,
-        "hybrid_kv_cache_manager=off with Gated-DeltaNet layers: vLLM refuses to start "
+        f"hybrid_kv_cache_manager=off with {kind} layers: vLLM refuses to start "
         "(kv_cache_utils.py: the KV cache specs cannot be converted to one unified type); "
         "leave the hybrid KV cache manager on",
     )
-    align = settings.prefix_caching  # MambaModelConfig: prefix caching => "align"
-    checkpoint = (
+    # MambaModelConfig: prefix caching => "align", or "all" for a Mamba-2 model where the
+    # release defaults to it (budget/vllm_rules.py `mamba2_prefix_all`).
+    all_mode = bool(
+        settings.prefix_caching and model.num_mamba2_layers and settings.rules.mamba2_prefix_all
+    )
+    align = settings.prefix_caching and not all_mode
+    # A prefill-checkpoint block per mamba group in align mode: FlashInfer's GDN prefill
+    # (0.33+, on a lcm-64 block) or any Mamba-2 mixer (0.32+, no block alignment).
+    gdn_checkpoint = (
         align
+        and not model.num_mamba2_layers
         and settings.flashinfer_gdn_align
         and settings.device == "cuda"
         and settings.rules.flashinfer_gdn_checkpoint
     )
-    state = _model_gdn_state(model, settings)
-    hybrid = align_hybrid_block_size(
-        block_size=start_block_size(settings.device, settings.block_size),
-        kernel_block_size=kernel_block_size(settings.device, settings.kernel_block_size),
-        attention_page_bytes_per_token=per_token,
-        mamba_page_bytes=state.page_bytes,
-        flashinfer_checkpoint=checkpoint,
+    checkpoint = gdn_checkpoint or bool(
+        align and model.num_mamba2_layers and settings.rules.mamba2_prefill_checkpoint
     )
+    state = _model_state(model, settings)
+    start = start_block_size(settings.device, settings.block_size)
+    kernel = kernel_block_size(settings.device, settings.kernel_block_size)
+    if all_mode:
+        assert model.mamba2 is not None
+        all_block = all_mode_block_size(
+            block_size=start,
+            kernel_block_size=kernel,
+            attention_page_bytes_per_token=per_token,
+            mamba_page_bytes=state.page_bytes,
+            chunk_size=model.mamba2.chunk_size,
+        )
+        hybrid = raise_block(start, all_block, per_token, state.page_bytes)
+    else:
+        all_block = 0
+        hybrid = align_hybrid_block_size(
+            block_size=start,
+            kernel_block_size=kernel,
+            attention_page_bytes_per_token=per_token,
+            mamba_page_bytes=state.page_bytes,
+            flashinfer_checkpoint=gdn_checkpoint,
+        )
     attention = attention_buckets(
         model.num_attention_layers, per_token, draft, hybrid.block_size, settings.rules.first
     )
-    buckets = (*attention.layers, model.num_gdn_layers)
+    buckets = (*attention.layers, model.num_state_layers)
     group_size, groups, padding = group_layers(buckets)
     check_draft_groups(draft, attention.layers, groups, group_size)
-    mamba_blocks = mamba_blocks_per_request(
-        align_mode=align, num_spec_tokens=settings.mtp_k, checkpoint=checkpoint
+    # Mode "all": cdiv(L, mamba block) + K per group; blocks_per_request adds the first.
+    mamba_blocks = (
+        settings.mtp_k
+        if all_mode
+        else mamba_blocks_per_request(
+            align_mode=align, num_spec_tokens=settings.mtp_k, checkpoint=checkpoint
+        )
     )
     split = len(attention.layers) == 2
     layout = KVLayout(
@@ -372,7 +442,8 @@ def _hybrid_layout(
         num_attention_groups=groups[0],
         num_mamba_groups=groups[-1],
         mamba_blocks_per_group=mamba_blocks,
-        mamba_cache_mode="align" if align else "none",
+        mamba_cache_mode="all" if all_mode else "align" if align else "none",
+        mamba_all_block_size=all_block,
         kv_heads_per_rank=kv_heads,
         attention_layers=model.num_attention_layers + draft.layers,
         conv_state_shape=state.conv_shape,
@@ -389,7 +460,8 @@ def blocks_per_request(layout: KVLayout, max_model_len: int) -> int:
     """Σ over groups of cdiv(spec.max_memory_usage_bytes, page) at this length.
 
     Attention: cdiv(L, block) per group (no extra blocks for speculative tokens);
-    mamba: `mamba_blocks_per_group` per group, independent of L.
+    mamba: `mamba_blocks_per_group` per group, independent of L, plus cdiv(L, mamba
+    block) in mamba cache mode "all".
     """
     _require(max_model_len >= 1, f"max_model_len={max_model_len}; must be ≥ 1")
     attention = layout.num_attention_groups * _cdiv(
@@ -401,7 +473,10 @@ def blocks_per_request(layout: KVLayout, max_model_len: int) -> int:
         attention += layout.num_sliding_groups * sliding_blocks_per_request(
             layout.sliding_tokens, max_model_len, layout.block_size
         )
-    return attention + layout.num_mamba_groups * layout.mamba_blocks_per_group
+    mamba = layout.mamba_blocks_per_group
+    if layout.mamba_all_block_size:
+        mamba += _cdiv(max_model_len, layout.mamba_all_block_size)
+    return attention + layout.num_mamba_groups * mamba
 
 
 def kv_capacity(layout: KVLayout, kv_cache_bytes: int, max_model_len: int) -> KVCapacity:

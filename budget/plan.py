@@ -16,6 +16,7 @@ from budget.kv import (
     kv_layout,
     min_kv_bytes_to_start,
 )
+from budget.kv_mamba import Mamba2Dims
 from budget.model import ModelSpec
 from budget.profiles import ModelProfile
 from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings
@@ -151,7 +152,11 @@ def kv_model(
     The drafter's KV layers: MTP's (at least one), an EAGLE/DFlash/draft model's
     full-attention layers with its own heads, none for n-gram and suffix proposers."""
     g = m.gdn
+    mamba = m.mamba2
     draft_layers = max(m.mtp_layers, 1) if drafter is None else drafter.num_full_attention_layers
+    ssm_bytes = g.ssm_dtype_bytes if g else m.dtype_bytes
+    if mamba is not None and mamba.ssm_dtype_bytes is not None:
+        ssm_bytes = mamba.ssm_dtype_bytes
     return KVModel(
         num_attention_layers=-(-m.num_full_attention_layers // pp),
         num_gdn_layers=-(-m.num_gdn_layers // pp),
@@ -165,13 +170,25 @@ def kv_model(
         linear_value_head_dim=g.value_head_dim if g else 0,
         linear_conv_kernel_dim=g.conv_kernel_dim if g else 0,
         conv_state_dtype_bytes=m.dtype_bytes,
-        ssm_state_dtype_bytes=g.ssm_dtype_bytes if g else m.dtype_bytes,
+        ssm_state_dtype_bytes=ssm_bytes,
         mtp_layers=draft_layers if mtp_k else 0,
         draft_num_kv_heads=drafter.num_kv_heads if drafter else 0,
         draft_head_dim=drafter.head_dim if drafter else 0,
         drafter_has_kv=method not in MODEL_FREE_METHODS,
         num_sliding_layers=-(-m.num_sliding_layers // pp),
         sliding_window=m.sliding_window or 0,
+        num_mamba2_layers=-(-m.num_mamba2_layers // pp),
+        mamba2=None
+        if mamba is None
+        else Mamba2Dims(
+            num_heads=mamba.num_heads,
+            head_dim=mamba.head_dim,
+            n_groups=mamba.n_groups,
+            state_size=mamba.state_size,
+            conv_kernel=mamba.conv_kernel,
+            intermediate_size=mamba.intermediate_size,
+            chunk_size=mamba.chunk_size,
+        ),
     )
 
 

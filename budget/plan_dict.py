@@ -83,5 +83,8 @@ def _layout(plan: Plan) -> dict[str, Any]:
         "num_blocks": plan.capacity.num_blocks,
         "num_sliding_groups": layout.num_sliding_groups,
         "sliding_tokens": layout.sliding_tokens,
+        "num_mamba_groups": layout.num_mamba_groups,
+        "mamba_page_bytes": layout.mamba_page_bytes,
+        "mamba_cache_mode": layout.mamba_cache_mode,
         "log_lines": list(layout.log_lines),
     }

@@ -69,6 +69,16 @@ class VLLMRules:
     # set (config/vllm.py `_resolve_extensible_kv_cache`), skips the check (utils.py
     # `request_memory`: `and not cache_config.enable_extensible_kv_cache`).
     extensible_kv_skips_check: bool
+    # model_executor/models/config.py `MambaModelConfig` (0.20.0-0.26.0 wheels read): with
+    # prefix caching, a model that `SupportsMambaPrefixCaching` (Nemotron-H, Granite-4.0-H,
+    # Falcon-H1; not the GDN models) gets mamba cache mode "all": the block is a multiple
+    # of the mamba chunk and each mamba group keeps cdiv(L, block) + K blocks per request.
+    # 0.28+ defaults to "align" (and 0.33 removes "all").
+    mamba2_prefix_all: bool = False
+    # layers/mamba/mamba_mixer2.py `get_kv_cache_spec` (0.32+; absent in 0.31.0): a Mamba-2
+    # layer's spec has `num_prefill_checkpoint_blocks=1`, so in align mode each mamba group
+    # keeps 2 + K + 1 blocks per request (v1/kv_cache_interface.py `max_memory_usage_bytes`).
+    mamba2_prefill_checkpoint: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -83,6 +93,8 @@ class VLLMRules:
             "startup_check_with_kv_bytes": self.startup_check_with_kv_bytes,
             "default_gpu_memory_utilization": self.default_gpu_memory_utilization,
             "extensible_kv_skips_check": self.extensible_kv_skips_check,
+            "mamba2_prefix_all": self.mamba2_prefix_all,
+            "mamba2_prefill_checkpoint": self.mamba2_prefill_checkpoint,
         }
 
 
@@ -107,6 +119,8 @@ def _rules(
         startup_check_with_kv_bytes=True,
         default_gpu_memory_utilization=STARTUP_DEFAULT_UTILIZATION,
         extensible_kv_skips_check=extensible_kv,
+        mamba2_prefix_all=first < (0, 28, 0),
+        mamba2_prefill_checkpoint=first >= (0, 32, 0),
     )
 
 
@@ -118,7 +132,8 @@ RULE_SETS: tuple[VLLMRules, ...] = (
     _rules("0.20.1-0.25", (0, 20, 1), False, False, False, False, False, False),
     _rules("0.26-0.27", (0, 26, 0), False, False, False, True, False, True),
     _rules("0.28-0.29", (0, 28, 0), False, True, False, True, False, True),
-    _rules("0.30-0.32", (0, 30, 0), False, True, True, True, False, True),
+    _rules("0.30-0.31", (0, 30, 0), False, True, True, True, False, True),
+    _rules("0.32", (0, 32, 0), False, True, True, True, False, True),
     _rules("0.33", (0, 33, 0), False, True, True, True, True, True),
     _rules("0.34", (0, 34, 0), False, True, True, True, True, True, extensible_kv=True),
 )

@@ -2,8 +2,10 @@
 
 Parameter counts follow the layer shapes of the Qwen3 / Qwen3-MoE / Qwen3-Next
 modules in vLLM (q/k/v/o, gated q for hybrids, GDN in_proj_qkvz/ba + conv +
-out_proj, SwiGLU MLPs, router, shared expert with its gate).  Norm and bias
-vectors are counted too; they are tiny.
+out_proj, SwiGLU MLPs, router, shared expert with its gate) and of `MambaMixer2`
+(layers/mamba/mamba_mixer2.py: in_proj to z, x, B, C, dt; conv1d; A, D, dt_bias; the
+gated norm; out_proj) with the Nemotron-H / Granite-4.0-H / Falcon-H1 blocks around it.
+Norm and bias vectors are counted too; they are tiny.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from budget.errors import BudgetError
+from budget.mamba2 import DENSE, MAMBA, MOE, NO_MIXER, PARALLEL
 from budget.model import FULL_ATTENTION, LINEAR_ATTENTION, ModelSpec, MoESpec
 
 # Bytes per parameter of each weight format, scales included:
@@ -35,6 +38,7 @@ QUANTIZED_COMPONENTS: dict[str, tuple[str, ...]] = {"mxfp4": ("routed_experts",)
 COMPONENTS = (
     "attention",
     "gdn",
+    "mamba",
     "dense_mlp",
     "routed_experts",
     "shared_experts",
@@ -75,8 +79,23 @@ def _gdn_params(m: ModelSpec) -> int:
     return qkvz + ba + conv + out + 2 * g.num_value_heads + g.value_head_dim
 
 
-def _mlp_params(hidden: int, intermediate: int) -> int:
-    return 3 * hidden * intermediate
+def _mamba2_params(m: ModelSpec) -> int:
+    """`MambaMixer2`: in_proj (H → 2I + 2GN + heads), conv1d over I + 2GN channels,
+    A, D and dt_bias per head, the gated RMSNorm over I, out_proj (I → H)."""
+    s = m.mamba2
+    if s is None:
+        return 0
+    in_out = s.intermediate_size * 2 + 2 * s.n_groups * s.state_size + s.num_heads
+    proj = m.hidden_size * in_out + s.intermediate_size * m.hidden_size
+    if s.proj_bias:
+        proj += in_out + m.hidden_size
+    conv = s.conv_dim * s.conv_kernel + (s.conv_dim if s.conv_bias else 0)
+    return proj + conv + 3 * s.num_heads + s.intermediate_size
+
+
+def _mlp_params(hidden: int, intermediate: int, gated: bool = True) -> int:
+    """SwiGLU: gate, up and down; ReLU² (gated=False): up and down."""
+    return (3 if gated else 2) * hidden * intermediate
 
 
 def _expert_biases(hidden: int, moe: MoESpec) -> int:
@@ -98,28 +117,43 @@ class LayerParams:
     shared_experts: int
     router: int
     norms: int
+    mamba: int = 0
+
+
+def _ffn_kind(m: ModelSpec, index: int) -> str:
+    if m.ffn_kinds:
+        return m.ffn_kinds[index]
+    return MOE if m.moe is not None and m.moe.is_moe_layer(index) else DENSE
 
 
 def layer_params(m: ModelSpec, index: int, kind: str) -> LayerParams:
     moe = m.moe
-    is_moe = moe is not None and moe.is_moe_layer(index)
+    ffn = _ffn_kind(m, index)
     routed = shared = router = dense = 0
-    if is_moe and moe is not None:
-        routed = moe.num_experts * _mlp_params(m.hidden_size, moe.expert_intermediate_size)
+    if ffn == MOE and moe is not None:
+        width = moe.expert_hidden_size or m.hidden_size
+        expert = _mlp_params(width, moe.expert_intermediate_size, moe.gated)
+        routed = moe.num_experts * expert
         router = m.hidden_size * moe.num_experts + _expert_biases(m.hidden_size, moe)
+        if moe.expert_hidden_size:  # fc1/fc2 latent projections, replicated like the router
+            router += 2 * m.hidden_size * moe.expert_hidden_size
         if moe.shared_expert_intermediate_size:
-            shared = _mlp_params(m.hidden_size, moe.shared_expert_intermediate_size)
-            router += m.hidden_size  # shared_expert_gate
-    else:
-        dense = _mlp_params(m.hidden_size, m.intermediate_size)
+            shared = _mlp_params(m.hidden_size, moe.shared_expert_intermediate_size, moe.gated)
+            if moe.shared_expert_gate:
+                router += m.hidden_size
+    elif ffn == DENSE:
+        dense = _mlp_params(m.hidden_size, m.intermediate_size, m.mlp_gated)
+    attends = kind not in (LINEAR_ATTENTION, MAMBA, NO_MIXER)
+    blocks = (kind != NO_MIXER) + (ffn != "none")
     return LayerParams(
-        attention=_attention_params(m) if kind != LINEAR_ATTENTION else 0,
+        attention=_attention_params(m) if attends else 0,
         gdn=_gdn_params(m) if kind == LINEAR_ATTENTION else 0,
         dense_mlp=dense,
         routed_experts=routed,
         shared_experts=shared,
         router=router,
-        norms=2 * m.hidden_size,
+        norms=blocks * m.hidden_size,
+        mamba=_mamba2_params(m) if kind in (MAMBA, PARALLEL) else 0,
     )
 
 
@@ -131,6 +165,7 @@ def main_model_params(m: ModelSpec) -> dict[str, int]:
         for name in (
             "attention",
             "gdn",
+            "mamba",
             "dense_mlp",
             "routed_experts",
             "shared_experts",

@@ -11,6 +11,8 @@ is the real one.
 `gpt-oss` and `gemma3` have sliding-window layers beside full attention, in the layout
 of openai/gpt-oss-20b (alternating, attention sinks, MoE) and of Gemma 3's text model
 (`sliding_window_pattern`: every third layer full here, a window off the block grid).
+`nemotron-h`, `nemotron-3`, `granite-4-h` and `falcon-h1` are Mamba-2 hybrids in the
+layouts of Nemotron-H (and Nemotron-3's MoE blocks), Granite-4.0-H and Falcon-H1.
 """
 
 from __future__ import annotations
@@ -180,6 +182,8 @@ def config_for(kind: str, max_position: int = 4096) -> dict[str, Any]:
             cfg["num_nextn_predict_layers"] = 1
     elif kind in _SLIDING_KINDS:
         cfg.update(_SLIDING_KINDS[kind])
+    elif kind in _MAMBA2_KINDS:
+        cfg.update(_MAMBA2_KINDS[kind])
     else:
         raise ValueError(f"kind={kind!r}; must be one of {', '.join(KINDS)}")
     return cfg
@@ -232,7 +236,117 @@ _GEMMA3 = {
 }
 _SLIDING_KINDS: dict[str, dict[str, Any]] = {"gpt-oss": _GPT_OSS, "gemma3": _GEMMA3}
 
-KINDS = ("dense", "gqa", "moe", "hybrid", "hybrid-mtp", *_SLIDING_KINDS)
+# Mamba-2 hybrids, shrunk from their public config.json layouts.  Nemotron-H
+# (nvidia/Nemotron-H-8B-Base-8K: one block per `hybrid_override_pattern` character,
+# M Mamba-2, * attention, - ReLU² MLP); `nemotron-3` adds NVIDIA-Nemotron-3-Nano's E
+# (ReLU² MoE) blocks.
+_NEMOTRON_H = {
+    "architectures": ["NemotronHForCausalLM"],
+    "model_type": "nemotron_h",
+    "hidden_size": 128,
+    "num_hidden_layers": 6,
+    "hybrid_override_pattern": "M-M*M-",
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "attention_bias": False,
+    "mamba_num_heads": 4,
+    "mamba_head_dim": 32,
+    "n_groups": 2,
+    "ssm_state_size": 16,
+    "conv_kernel": 4,
+    "chunk_size": 128,
+    "expand": 2,
+    "use_conv_bias": True,
+    "use_bias": False,
+    "mamba_hidden_act": "silu",
+    "intermediate_size": 64,
+    "mlp_hidden_act": "relu2",
+    "mlp_bias": False,
+    "layer_norm_epsilon": 1e-5,
+    "residual_in_fp32": False,
+    "rescale_prenorm_residual": True,
+}
+_NEMOTRON_3 = {
+    **_NEMOTRON_H,
+    "hybrid_override_pattern": "MEM*EM",
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "moe_shared_expert_intermediate_size": 32,
+    "n_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.0,
+}
+# ibm-granite/granite-4.0-h-tiny's layout: `layer_types` of Mamba-2 and attention
+# layers, each with SwiGLU experts and a shared MLP, no positional embedding.
+_GRANITE_4_H = {
+    "architectures": ["GraniteMoeHybridForCausalLM"],
+    "model_type": "granitemoehybrid",
+    "hidden_size": 128,
+    "num_hidden_layers": 4,
+    "layer_types": ["mamba", "mamba", "attention", "mamba"],
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "attention_bias": False,
+    "position_embedding_type": "nope",
+    "mamba_n_heads": 8,
+    "mamba_d_head": 32,
+    "mamba_n_groups": 1,
+    "mamba_d_state": 16,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_chunk_size": 256,
+    "mamba_conv_bias": True,
+    "mamba_proj_bias": False,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "intermediate_size": 32,
+    "shared_intermediate_size": 64,
+    "rms_norm_eps": 1e-5,
+    "embedding_multiplier": 12.0,
+    "logits_scaling": 4.0,
+    "residual_multiplier": 0.22,
+    "attention_multiplier": 0.0078125,
+    "tie_word_embeddings": True,
+}
+# tiiuae/Falcon-H1's layout: attention and Mamba-2 side by side in every layer.
+_FALCON_H1 = {
+    "architectures": ["FalconH1ForCausalLM"],
+    "model_type": "falcon_h1",
+    "hidden_size": 128,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 128,
+    "mlp_bias": False,
+    "attention_bias": False,
+    "mamba_d_ssm": 256,
+    "mamba_n_heads": 8,
+    "mamba_d_head": 32,
+    "mamba_n_groups": 1,
+    "mamba_d_state": 16,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_chunk_size": 128,
+    "mamba_conv_bias": True,
+    "mamba_proj_bias": False,
+    "mamba_norm_before_gate": False,
+    "mamba_rms_norm": False,
+    "projectors_bias": False,
+    "rms_norm_eps": 1e-5,
+}
+_MAMBA2_KINDS: dict[str, dict[str, Any]] = {
+    "nemotron-h": _NEMOTRON_H,
+    "nemotron-3": _NEMOTRON_3,
+    "granite-4-h": _GRANITE_4_H,
+    "falcon-h1": _FALCON_H1,
+}
+
+KINDS = ("dense", "gqa", "moe", "hybrid", "hybrid-mtp", *_SLIDING_KINDS, *_MAMBA2_KINDS)
 
 # How the tests' shared vLLM and the CPU benchmarks serve the tiny model: small batches
 # and a 256 MB KV pool that start quickly on a 2-core machine, eager (no compile).

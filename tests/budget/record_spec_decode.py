@@ -69,8 +69,7 @@ def start_up_log(
             time.sleep(0.5)
         raise RuntimeError(f"neither a KV line nor an exit in {STARTUP_TIMEOUT_S}s")
     finally:
-        if server.proc.poll() is None:
-            server.stop()
+        server.stop()  # also closes the log when vLLM already exited
 
 
 def header(opts: argparse.Namespace, speculative: dict[str, Any], exit_code: int | None) -> str:

