@@ -1,12 +1,12 @@
 """Every SPARKSERVE_* setting, declared once: env var, flag, type, default, help.
 
 `EntrypointConfig` is the entrypoint's settings: its serving ones (`serving_options`),
-its cluster ones (`cluster_options`) and, in `plan`, the planner's (`budget.options.
-PlanOptions`, the same declarations that make `python -m budget plan`'s options).  Each
-field's `budget.options.declare` metadata makes its `Option`; `python -m entrypoint
---help` is generated from `OPTIONS`; `load_config` reads the environment (a flag given
-on the command line wins over its variable) into a frozen `EntrypointConfig` that the
-rest of the package is given.
+its cluster ones (`cluster_options`) and, in `plan`, the planner's (`PlanOptions`, the
+same declarations that make `python -m budget plan`'s options).  Each field's
+`budget.options.declare` metadata makes its `Option`; `python -m entrypoint --help` is
+generated from `OPTIONS`; `load_config` reads the environment (a flag given on the
+command line wins over its variable) into a frozen `EntrypointConfig` that the rest of
+the package is given.
 """
 
 from __future__ import annotations
