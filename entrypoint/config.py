@@ -1,55 +1,37 @@
 """Every SPARKSERVE_* setting, declared once: env var, flag, type, default, help.
 
-The planner's settings come from `budget.options.SETTINGS` (the same declarations that
-make `python -m budget plan`'s options); the entrypoint's own follow.  `python -m
-entrypoint --help` is generated from `OPTIONS`; `load_config` reads the environment (a
-flag given on the command line wins over its variable) into a frozen `EntrypointConfig`
-that the rest of the package is given.
+`EntrypointConfig` is the entrypoint's settings: its serving ones (`serving_options`),
+its cluster ones (`cluster_options`) and, in `plan`, the planner's (`PlanOptions`, the
+same declarations that make `python -m budget plan`'s options).  Each field's
+`budget.options.declare` metadata makes its `Option`; `python -m entrypoint --help` is
+generated from `OPTIONS`; `load_config` reads the environment (a flag given on the
+command line wins over its variable) into a frozen `EntrypointConfig` that the rest of
+the package is given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from budget import parsers
-from budget.options import ENV_PREFIX, SETTINGS, PlanOptions, Setting
-from entrypoint.cluster_options import cluster_options
+from budget.options import PlanOptions, Setting, settings_of
+from entrypoint.cluster_options import ClusterOptions
 from entrypoint.errors import ConfigError
+from entrypoint.serving_options import ServingOptions
 from entrypoint.vllm_flags import flag_name
 
 
 @dataclass(frozen=True)
-class Option:
-    """One setting: `SPARKSERVE_<NAME>` in the environment, `--<name>` on the command line."""
+class Option(Setting):
+    """A declared setting as the entrypoint reads it: `SPARKSERVE_<NAME>` in the
+    environment, `--<name>` on the command line."""
 
-    field: str
-    parse: Callable[[str], Any]
-    default: Any
-    help: str
-    metavar: str
-    secret: bool = False
     planner: bool = False  # a PlanOptions field (EntrypointConfig.plan)
 
-    @classmethod
-    def of_setting(cls, setting: Setting) -> Option:
-        return cls(
-            setting.name,
-            setting.parse,
-            setting.default,
-            setting.help,
-            setting.metavar,
-            planner=True,
-        )
-
     @property
-    def env(self) -> str:
-        return ENV_PREFIX + self.field.upper()
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.field.replace("_", "-")
+    def field(self) -> str:
+        return self.name
 
     def read(self, raw: str | None, source: str) -> Any:
         """The typed value of `raw` (None or empty → the default); errors name `source`."""
@@ -62,197 +44,23 @@ class Option:
             raise ConfigError(f"{source}={shown}: {exc}") from None
 
 
-def non_negative_gib(raw: str) -> float:
-    """A size in GiB, 0 or more (a plain number: 7.5 means 7.5 GiB)."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError("must be a number of GiB >= 0") from None
-    if not 0 <= value < float("inf"):  # NaN fails too
-        raise ValueError("must be a number of GiB >= 0")
-    return value
-
-
-SERVING_OPTIONS: tuple[Option, ...] = (
-    Option(
-        "weights",
-        parsers.text,
-        None,
-        "What vLLM loads (--model) when SPARKSERVE_MODEL is a "
-        "profile name: a checkpoint directory or HF repo id.",
-        "DIR|REPO",
-    ),
-    Option(
-        "load_format",
-        parsers.word,
-        None,
-        "How vLLM loads the weights (vLLM --load-format: auto, safetensors, dummy = random "
-        "weights, no files needed, …). Unset: vLLM's default (auto).",
-        "FORMAT",
-    ),
-    Option("host", parsers.text, "0.0.0.0", "Address vLLM's OpenAI server listens on.", "ADDR"),
-    Option("port", parsers.port, 8000, "Port of vLLM's OpenAI server.", "PORT"),
-    Option(
-        "control_port",
-        parsers.port,
-        8001,
-        "Port of the entrypoint's own /ready and /metrics.",
-        "PORT",
-    ),
-    Option(
-        "api_key",
-        parsers.text,
-        None,
-        "API key vLLM requires on /v1; given to vLLM as VLLM_API_KEY, not on its command "
-        "line (never logged).",
-        "KEY",
-        secret=True,
-    ),
-    Option(
-        "gateway",
-        parsers.choice(("off", "embedded")),
-        "off",
-        "embedded: serve the sparkserve gateway inside vLLM's API server "
-        "(GATEWAY_* settings; docs/gateway.md); off: plain vLLM.",
-        "off|embedded",
-    ),
-    Option(
-        "warmup",
-        parsers.switch,
-        True,
-        "Warm up the real request shapes before /ready turns 200.",
-        "on|off",
-    ),
-    Option(
-        "vllm_extra_args",
-        parsers.argv_words,
-        (),
-        "More vLLM flags, shell words, appended last (checked against vLLM's parser).",
-        "ARGS",
-    ),
-    Option(
-        "force",
-        parsers.switch,
-        False,
-        "Start even when the plan does not fit (or free memory is short of vLLM's start check).",
-        "on|off",
-    ),
-    Option(
-        "startup_timeout",
-        parsers.positive_seconds,
-        1800.0,
-        "Seconds from launch until vLLM must answer /health (exit 3 after).",
-        "SECONDS",
-    ),
-    Option(
-        "unhealthy_exit_seconds",
-        parsers.positive_seconds,
-        60.0,
-        "Seconds vLLM may fail /health after ready (/ready is 503 meanwhile) before exit 3.",
-        "SECONDS",
-    ),
-    Option(
-        "stall_timeout_s",
-        parsers.non_negative_seconds,
-        120.0,
-        "Seconds the engine may make no progress (no token, prefill chunk or finished "
-        "request) with requests admitted, or leave a one-token probe unanswered while "
-        "idle, before the entrypoint stops vLLM and exits 3; 0 turns the watch off.",
-        "SECONDS",
-    ),
-    Option(
-        "stop_grace_seconds",
-        parsers.positive_seconds,
-        30.0,
-        "Seconds between SIGTERM to vLLM and SIGKILL.",
-        "SECONDS",
-    ),
-    Option(
-        "memory_floor_gib",
-        non_negative_gib,
-        None,
-        "Available memory (MemAvailable, or the container's memory cgroup where it has a "
-        "limit: the smaller) under which the memory watchdog stops admitting work (/ready "
-        "503, phase memory_low) and then stops vLLM and exits 4, before unified memory "
-        "runs out and the host hangs (docs/entrypoint.md, Memory watchdog); 0 turns it off. "
-        "Unset: half the plan's system_reserve (a twentieth of the memory where the plan keeps "
-        "none), on unified memory only.",
-        "GiB",
-    ),
-    Option(
-        "memory_hold_seconds",
-        parsers.non_negative_seconds,
-        3.0,
-        "Seconds available memory must stay under the floor before work is refused "
-        "(one short dip does not trip the watchdog).",
-        "SECONDS",
-    ),
-    Option(
-        "memory_drain_seconds",
-        parsers.non_negative_seconds,
-        10.0,
-        "Seconds of refusing work under the floor before vLLM is stopped (exit 4), at "
-        "once if memory falls under half the floor; memory back above it reopens.",
-        "SECONDS",
-    ),
-    Option(
-        "vllm_nice",
-        parsers.nice,
-        0,
-        "Lower vLLM's CPU priority (its session's too) so that what shares its cores "
-        "(gateway, health checks) is not starved by its engine loop; 0 leaves it.",
-        "0-19",
-    ),
-    Option(
-        "cache_dir",
-        parsers.text,
-        None,
-        "Directory for vLLM/Triton/inductor compile caches "
-        "(a volume, so restarts do not recompile).",
-        "DIR",
-    ),
-)
-
-PLANNER_OPTIONS: tuple[Option, ...] = tuple(Option.of_setting(s) for s in SETTINGS if s.entrypoint)
-OPTIONS: tuple[Option, ...] = (*PLANNER_OPTIONS, *SERVING_OPTIONS, *cluster_options(Option))
-
-
-@dataclass(frozen=True)
-class EntrypointConfig:
-    """The validated settings; field names are the option names (see OPTIONS), and the
-    planner's are in `plan`, as the user gave them (the machine is detected later)."""
+@dataclass(frozen=True, kw_only=True)
+class EntrypointConfig(ClusterOptions, ServingOptions):
+    """The validated settings: the serving ones, then the cluster's (a dataclass takes
+    its bases' fields last base first), and the planner's in `plan`, as the user gave
+    them (the machine is detected later)."""
 
     plan: PlanOptions
-    weights: str | None
-    load_format: str | None
-    host: str
-    port: int
-    control_port: int
-    api_key: str | None
-    gateway: str
-    warmup: bool
-    vllm_extra_args: tuple[str, ...]
-    force: bool
-    startup_timeout: float
-    unhealthy_exit_seconds: float
-    stall_timeout_s: float
-    stop_grace_seconds: float
-    memory_floor_gib: float | None
-    memory_hold_seconds: float
-    memory_drain_seconds: float
-    vllm_nice: int
-    cache_dir: str | None
-    role: str
-    head_address: str | None
-    ray_port: int
-    ray_extra_args: tuple[str, ...]
-    node_ip: str | None
-    nccl_socket_ifname: str | None
-    gloo_socket_ifname: str | None
-    nccl_ib_hca: str | None
-    nccl_ib_gid_index: int | None
-    ray_object_store_memory: int | None
-    node_wait_timeout: float
+
+
+def _options(owner: type[Any], *, planner: bool) -> tuple[Option, ...]:
+    return tuple(Option(**vars(s), planner=planner) for s in settings_of(owner) if s.entrypoint)
+
+
+OPTIONS: tuple[Option, ...] = (
+    *_options(PlanOptions, planner=True),
+    *_options(EntrypointConfig, planner=False),
+)
 
 
 def load_config(

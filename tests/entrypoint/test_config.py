@@ -1,9 +1,9 @@
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 
 import pytest
 
 from budget import parsers
-from budget.options import PlanOptions
+from budget.options import PlanOptions, declare, settings_of
 from entrypoint.config import OPTIONS, EntrypointConfig, load_config
 from entrypoint.errors import EXIT_BAD_CONFIG, ConfigError
 
@@ -11,6 +11,34 @@ from entrypoint.errors import EXIT_BAD_CONFIG, ConfigError
 def test_every_option_is_a_config_field_and_back():
     own = [o.field for o in OPTIONS if not o.planner]
     assert own == [f.name for f in fields(EntrypointConfig) if f.name != "plan"]
+
+
+def test_every_config_field_but_plan_declares_its_variable_and_help():
+    """A field added without `declare` would be a setting nothing can set."""
+    for f in fields(EntrypointConfig):
+        if f.name == "plan":
+            continue
+        (setting,) = (s for s in settings_of(EntrypointConfig) if s.name == f.name)
+        assert setting.env == f"SPARKSERVE_{f.name.upper()}", f.name
+        assert setting.help.strip() and setting.metavar, f.name
+        assert setting.default == f.default, f.name
+
+
+def test_settings_of_reads_only_declared_fields_in_order():
+    @dataclass(frozen=True)
+    class Declared:
+        zeta: int = field(default=2, metadata=declare(parsers.port, "Zeta.", "N"))
+        plain: int = 0
+        alpha: str | None = field(
+            default=None, metadata=declare(parsers.text, "Alpha.", "KEY", secret=True)
+        )
+
+    settings = settings_of(Declared)
+    assert [(s.name, s.default, s.secret) for s in settings] == [
+        ("zeta", 2, False),
+        ("alpha", None, True),
+    ]
+    assert (settings[1].env, settings[1].flag) == ("SPARKSERVE_ALPHA", "--alpha")
 
 
 def test_the_entrypoint_offers_every_planner_setting_but_the_planner_only_ones():
