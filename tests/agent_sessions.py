@@ -4,7 +4,7 @@ Each session has its own long system prompt, then turns that each add a user mes
 the gateway's affinity key is the salted system prompt, so which replica a session
 lands on can be predicted from the gateway's salt secret (`pick_sessions`). Used by
 the in-process replica test (tests/gateway/test_replicas_vllm.py) and by the one on
-containers (tests/docker/test_replicas.py).
+containers (tests/docker/test_stack_replicas.py).
 """
 
 from __future__ import annotations
