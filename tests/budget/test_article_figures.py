@@ -33,7 +33,7 @@ def test_draft_vocab_slice_is_0_3125_gib() -> None:
 
 def test_draft_vocab_saves_2_61_gib_per_mtp3_round() -> None:
     with_slice = build_plan(PlanOptions(draft_vocab=True))
-    assert round(with_slice.speed.draft_vocab_saving_bytes / GiB, 2) == 2.61  # the tuning article: ≈2.61 GiB
+    assert round(with_slice.speed.draft_vocab_saving_bytes / GiB, 2) == 2.61  # article: ≈2.61 GiB
 
 
 def test_capture_sizes_for_k3_and_4_seqs() -> None:

@@ -1,9 +1,10 @@
 """One measured `python -m entrypoint` start on a GPU host.
 
-Starts the entrypoint with the default profile's configuration (the tuning article's) on the Qwen3-Next-shaped `hybrid`
-model of tools/gpu/make_models.py (MTP 3, FULL_DECODE_ONLY with (K+1)×S capture sizes,
-4 sequences, chunk 2,048, dummy weights), its compile caches in SPARKSERVE_CACHE_DIR,
-and records its whole output with each line's seconds since launch (`+12.34s line`).
+Starts the entrypoint with the default profile's configuration (the tuning article's) on
+the Qwen3-Next-shaped `hybrid` model of tools/gpu/make_models.py (MTP 3, FULL_DECODE_ONLY
+with (K+1)×S capture sizes, 4 sequences, chunk 2,048, dummy weights), its compile caches
+in SPARKSERVE_CACHE_DIR, and records its whole output with each line's seconds since
+launch (`+12.34s line`).
 Once `/ready` answers 200 it measures the first request against steady state
 (tools/gpu/first_request.py), reads the control endpoint's /metrics (NVML), optionally
 runs every dashboard query through Prometheus (tools/gpu/dashboards_h200.py), then
