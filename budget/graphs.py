@@ -16,7 +16,7 @@ PIECEWISE_GRAPH_BYTES = 5 * MiB
 
 
 def seeds_capture_sizes(mtp_k: int, max_num_seqs: int) -> tuple[int, ...]:
-    """The seeds' list: every uniform decode width (K+1)×S for S = 1..max_num_seqs."""
+    """The tuning article's list: every uniform decode width (K+1)×S for S = 1..max_num_seqs."""
     return tuple((mtp_k + 1) * s for s in range(1, max_num_seqs + 1))
 
 

@@ -220,7 +220,7 @@ def choose_rules(raw: str | None) -> RuleChoice:
     )
 
 
-# config/observability.py `cudagraph_metrics` (`--cudagraph-metrics`, vLLM PR #29825):
+# config/observability.py `cudagraph_metrics` (`--cudagraph-metrics`, vllm#29825):
 # documented from the 0.14.0 release on (docs.vllm.ai, compilation/cuda_graph), absent in
 # 0.12.0's; 0.13 was not checked, so it is not given the flag.  Read in 0.24.0 and 0.32.0.
 CUDAGRAPH_METRICS_FIRST = (0, 14, 0)

@@ -71,7 +71,7 @@ def _params_note(fmt: str | None) -> str:
 def _mtp_from_params(profile: ModelProfile, s: Settings) -> tuple[int, str]:
     if "mtp_bytes" in profile.weights:
         mtp = -(-int(profile.weights["mtp_bytes"]) // s.tp)
-        return mtp, "seed figure (profile weights.mtp_bytes)"
+        return mtp, "the articles' figure (profile weights.mtp_bytes)"
     fmt = s.formats["mtp"]
     mtp = sharded(mtp_params(profile.spec), FORMAT_BYTES_PER_PARAM[fmt], s.tp)
     return mtp, f"estimate: MTP parameter count × {fmt}"

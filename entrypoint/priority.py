@@ -3,15 +3,15 @@
 vLLM's engine core keeps a CPU core busy while it drives the model.  On a machine with
 few cores, whatever shares that core with it (the gateway, health checks, a benchmark's
 client) can then wait on the run queue for seconds: measured on a 2-core VM
-(`make bench-cpu-priority`), a client reading streams straight from vLLM spent 69 % of
-the time runnable but without a CPU, and got most of each stream in one burst at its end
-(docs/entrypoint.md, "vLLM's CPU priority").
+(`python -m bench.gateway_bench --vllm-nice 0`), a client reading streams straight from
+vLLM spent 69 % of the time runnable but without a CPU, and got most of each stream in
+one burst at its end (docs/entrypoint.md, "vLLM's CPU priority").
 
 A process's nice value only orders it against processes of its own scheduling group.
-With `kernel.sched_autogroup_enabled=1` (the default on many distributions) every session
-is a group of its own, and vLLM runs in a session of its own (its own process group, so
-that it can be stopped as a whole), so the session's nice value
-(`/proc/<pid>/autogroup`) is what counts against other sessions.  Both are set here.
+With `kernel.sched_autogroup_enabled=1` (the default on many distributions) every
+POSIX session is a group of its own, and vLLM runs in a session of its own (its own
+process group, so that it can be stopped as a whole), so its session's nice value
+(`/proc/<pid>/autogroup`) is what counts against other POSIX sessions.  Both are set here.
 Inside a container the cgroup decides instead and only the nice value applies among the
 container's own processes.
 """

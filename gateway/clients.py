@@ -148,7 +148,7 @@ class AiohttpResponse:
 
 
 class AiohttpUpstream:
-    """aiohttp with an unlimited keep-alive connector; the session is made on first use
+    """aiohttp with an unlimited keep-alive connector; the aiohttp session is made on first use
     (it must be created inside the running event loop)."""
 
     def __init__(

@@ -1,7 +1,7 @@
-"""Which prompt segment broke a session's prefix, request after request.
+"""Which prompt segment broke a chat session's prefix, request after request.
 
-A session is a tenant plus the `x-session-id` header, or else a hash of the
-first user message.  For each session the tracker remembers hashes of the
+A chat session is a tenant plus the `x-session-id` header, or else a hash of the
+first user message.  For each chat session the tracker remembers hashes of the
 system messages, the tools and each history message of the last request (a
 bounded LRU), and names the first segment of a new request that differs:
 `system`, then `tools`, then `history` (the previous request's messages, less
@@ -77,7 +77,7 @@ def diverged(previous: Segments, current: Segments) -> str | None:
 
 
 class DivergenceTracker:
-    """A bounded memory of each session's last segments (least recently used first out)."""
+    """A bounded memory of each chat session's last segments (least recently used first out)."""
 
     def __init__(self, max_sessions: int) -> None:
         self._max_sessions = max_sessions

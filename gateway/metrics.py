@@ -248,7 +248,7 @@ class GatewayMetrics:
             ),
             prefix_divergence=counter(
                 "gateway_prefix_divergence_total",
-                "Consecutive requests of a session whose prefix broke, by first segment.",
+                "Consecutive requests of a chat session whose prefix broke, by first segment.",
                 "segment",
             ),
             upstream_in_flight=gauge(

@@ -8,7 +8,7 @@ anything but 200, or when `/health` has timed out `timeout_misses` checks in a
 row.  A single slow answer is not proof of anything: on a machine where vLLM
 and the gateway share a few cores, `/health` can miss a 0.5 s timeout while
 vLLM serves normally, and marking it unhealthy would move its affinity
-sessions (and their prefix cache) to another replica for nothing.  The
+chat sessions (and their prefix cache) to another replica for nothing.  The
 background check (`watch_forever`) and `/readyz` mark it healthy again, and
 the router uses it again from then on.  Metric labels are replica names (an
 index unless `GATEWAY_UPSTREAM_NAMES` names them), never URLs.

@@ -2,12 +2,12 @@
 
 Affinity: a request's key is a hash of its stable prefix after layout (the
 tenant's cache salt, the leading system/developer messages, the tools), so
-every request of a session lands where its prefix is already cached.  The key
+every request of a chat session lands where its prefix is already cached.  The key
 picks a replica by rendezvous hashing (highest `hash(key, replica name)`), which
 moves only the keys of a replica that leaves or returns.  When that replica is
 unhealthy or has `max_in_flight` requests or more, the request goes to the
 least-loaded healthy replica instead (so one system prompt shared by every
-session cannot make a hotspot).  Round-robin (for comparison) cycles through
+chat session cannot make a hotspot).  Round-robin (for comparison) cycles through
 the healthy replicas.  Requests without a key go to the least-loaded one.
 """
 

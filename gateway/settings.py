@@ -107,7 +107,7 @@ class GatewaySettings(BaseSettings):
     layout_rules: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description='extra volatile patterns, JSON {"name": "regex"}'
     )
-    session_memory: int = Field(4096, ge=1, description="sessions remembered for divergence")
+    session_memory: int = Field(4096, ge=1, description="chat sessions remembered for divergence")
     thermal_threshold_celsius: float = Field(85.0, description="GPU temperature that throttles")
     thermal_concurrency_fraction: float = Field(
         0.5, gt=0, le=1, description="share of max_concurrency kept while hot"

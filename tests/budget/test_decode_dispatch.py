@@ -14,7 +14,7 @@ def as_table(mode: str, sizes: tuple[int, ...], k: int, seqs: int) -> dict[int, 
     return {d.width: (d.mode, d.padded_to) for d in decode_dispatch(mode, sizes, k, seqs)}
 
 
-def test_the_seeds_list_replays_every_width_at_its_own_size() -> None:
+def test_the_tuning_articles_list_replays_every_width_at_its_own_size() -> None:
     table = as_table("FULL_DECODE_ONLY", (4, 8, 12, 16), 3, 4)
     assert table == {4: ("FULL", 4), 8: ("FULL", 8), 12: ("FULL", 12), 16: ("FULL", 16)}
 

@@ -98,8 +98,8 @@ def test_public_dense_and_moe_sizes() -> None:
     assert 3.2e9 < active_params_per_token(qwen) + 151936 * 2048 < 3.4e9
 
 
-def test_default_profile_totals_match_seeds() -> None:
-    # Seeds: 125 B language-model parameters, ≈6 B active.
+def test_default_profile_totals_match_the_articles() -> None:
+    # The articles: 125 B language-model parameters, ≈6 B active.
     spec = load_model("qwen3.8-flash-next").spec
     total = sum(main_model_params(spec).values())
     assert abs(total - 125e9) / 125e9 < 0.02

@@ -44,7 +44,7 @@ def test_pipeline_stages_hold_fewer_layers() -> None:
     assert tp2.speed.comm_seconds_per_step > 0 and pp2.speed.comm_seconds_per_step > 0
 
 
-def test_seed_27b_on_two_5060ti_uses_tp2() -> None:
+def test_the_articles_27b_on_two_5060ti_uses_tp2() -> None:
     plan = build_plan(PlanOptions(model="qwen3.8-27b"))
     assert plan.settings.tp == 2 and plan.settings.hardware.name == "rtx-5060ti-16gb"
     assert plan.settings.kv_cache_dtype == "fp8"

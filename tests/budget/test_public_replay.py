@@ -114,7 +114,7 @@ def family(fixture: Fixture) -> str:
 
 
 def test_public_fixtures_cover_three_releases_and_two_hybrid_families() -> None:
-    """Issue 25: at least three vLLM versions and two hybrid model families."""
+    """At least three vLLM versions and two hybrid model families."""
     fixtures = [load(path) for path in FIXTURE_PATHS]
     versions = {fixture.header["vllm"] for fixture in fixtures}
     assert len(versions) >= 3, versions

@@ -167,7 +167,7 @@ def test_cudagraph_metrics_flag_from_the_release_that_has_it(version, has_flag):
     [
         ("0.20.0", False),
         ("0.20.1", False),
-        ("0.24.0", False),  # vLLM #48140's release: MemAvailable in its MemorySnapshot too
+        ("0.24.0", False),  # vllm#48140's release: MemAvailable in its MemorySnapshot too
         ("0.25.1", False),
         ("0.26.0", False),
         ("0.27.1", False),

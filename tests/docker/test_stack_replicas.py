@@ -3,7 +3,7 @@
 
 The same agent workload as the in-process replica test (tests/agent_sessions.py) runs
 through the gateway with round-robin routing, then with prefix affinity, each replica's KV
-pool holding about half of the sessions' contexts; the share of prompt tokens served from
+pool holding about half of the agent sessions' contexts; the share of prompt tokens served from
 vLLM's cache is printed side by side. Then one container's vLLM is killed under a wave of
 streams: only what was in flight on it fails, and once its container is back its sessions
 return to it. Runs after test_stack.py, on its stack (tests/docker/conftest.py).
@@ -25,13 +25,13 @@ from tests.docker import stack as st
 pytestmark = pytest.mark.docker
 
 NAMES = ("vllm-1", "vllm-2")
-SPLIT = {"vllm-1": 5, "vllm-2": 4}  # odd total: round-robin alternates each session's turns
+SPLIT = {"vllm-1": 5, "vllm-2": 4}  # odd total: round-robin alternates each agent session's turns
 TURNS = 4
 KILL_WAVE_TOKENS = 1500  # streams of several seconds, so the kill lands inside them
 KILL_AFTER_S = 3.0
 RETURN_WAVES = 3
 # The workload's sizes: a small KV pool per replica, and the gateway's per-key limits
-# of test_stack.py lifted (nine sessions of one key at once).
+# of test_stack.py lifted (nine agent sessions of one key at once).
 WORKLOAD = {
     "SPARKSERVE_KV_CACHE_MEMORY_BYTES": str(KV_BYTES),
     "SPARKSERVE_MAX_NUM_SEQS": "16",
@@ -118,7 +118,7 @@ def test_affinity_keeps_more_of_the_cache_than_round_robin(scaled: st.Stack) -> 
     seconds = _up(scaled, "affinity")
     affinity_share = _share_of_cached_tokens(scaled, seeds)
     st.note_timing(
-        f"two vLLM containers, {len(seeds)} sessions x {TURNS} turns, share of prompt tokens "
+        f"two vLLM containers, {len(seeds)} agent sessions x {TURNS} turns, share of prompt tokens "
         f"from vLLM's cache: affinity {affinity_share:.1%}, round-robin {rr_share:.1%}"
         + (f" ({affinity_share / rr_share:.2f}x)" if rr_share else "")
         + f"; gateway switched to affinity in {seconds:.0f} s"
@@ -133,7 +133,7 @@ def _served_by(stack: st.Stack, replica: str) -> float:
 def _waves_on(stack: st.Stack, replica: str, sessions: list[Session], turn: int) -> list[float]:
     """Waves of short requests, each once `replica` is healthy in the gateway, until one
     has each of its sessions served there; how many it served in each wave (a busy
-    2-core machine can make a /health time out and send a session elsewhere, correctly)."""
+    2-core machine can make a /health time out and send an agent session elsewhere, correctly)."""
     expected = SPLIT[replica]
     served: list[float] = []
     for _ in range(RETURN_WAVES):
@@ -178,13 +178,13 @@ def test_a_killed_container_fails_only_its_own_requests_then_serves_again(
     streams.start()
     deadline = time.monotonic() + 60
     while _in_flight(scaled, "vllm-2") < 1:
-        assert time.monotonic() < deadline, "none of vllm-2's sessions in flight on it"
+        assert time.monotonic() < deadline, "none of vllm-2's agent sessions in flight on it"
         assert streams.is_alive(), results
         time.sleep(0.02)
     on_victim_now = _in_flight(scaled, "vllm-2")
     streams.join(300)
     failed = results.count(False)
-    # Only vllm-2's sessions fail (those on it when it died); vllm-1's all complete.
+    # Only vllm-2's agent sessions fail (those on it when it died); vllm-1's all complete.
     assert 1 <= failed <= SPLIT["vllm-2"], (results, on_victim_now)
     assert all(ok for ok, victim in zip(results, on_victim, strict=True) if not victim), results
     returned = _waves_on(scaled, "vllm-2", sessions, 2)
@@ -193,6 +193,6 @@ def test_a_killed_container_fails_only_its_own_requests_then_serves_again(
     st.note_timing(
         f"vllm-2 killed {KILL_AFTER_S:g} s into a wave of {len(sessions)} streams "
         f"({on_victim_now:.0f} seen in flight on it): "
-        f"{failed} failed, vllm-1's all completed; vllm-2's sessions served by it again, "
+        f"{failed} failed, vllm-1's all completed; vllm-2's agent sessions served by it again, "
         f"wave by wave: {returned}"
     )

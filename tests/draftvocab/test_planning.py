@@ -161,7 +161,7 @@ def test_the_plugin_does_nothing_unless_on(monkeypatch):
         plugin.register()
 
 
-def test_a_profile_without_rows_of_its_own_takes_the_seeds_65536():
+def test_a_profile_without_rows_of_its_own_takes_the_articles_65536():
     plan = build_plan(
         PlanOptions(model="qwen3-next-80b-a3b", hardware="h200", mtp=1, draft_vocab=True)
     )

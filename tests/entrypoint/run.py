@@ -99,7 +99,7 @@ class EntrypointRun:
         return alive
 
     def close(self) -> None:
-        """Never leave anything running: kill the whole session if still there."""
+        """Never leave anything running: kill its whole POSIX session if still there."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()

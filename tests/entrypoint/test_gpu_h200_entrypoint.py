@@ -1,10 +1,10 @@
 """The recorded H200 runs of `python -m entrypoint` with the real CUDA vLLM
-0.24.0 on an H200 (2026-12-03), the Qwen3-Next-shaped hybrid with the seeds'
-settings (MTP 3, FULL_DECODE_ONLY [4, 8, 12, 16], 4 sequences, chunk 2,048), driven by
+0.24.0 on an H200 (2026-12-03), the Qwen3-Next-shaped hybrid with the default
+profile's settings (MTP 3, FULL_DECODE_ONLY [4, 8, 12, 16], 4 sequences, chunk 2,048), driven by
 tools/gpu/entrypoint_h200.sh. `without_prefill_sizes/`: four starts (cold and warm
 compile caches, warm-up on and off) with the warm-up as it was; `with_prefill_sizes/`:
 a cold and two warm starts after the warm-up gained its prefill-sizes step (a third
-warm start's log did not come back; its measurement did). These tests read the logs
+warm start's log was not kept; its measurement was). These tests read the logs
 and measurements as they were, not the code that wrote them (docs/gpu-entrypoint.md).
 """
 
@@ -147,7 +147,7 @@ def test_before_the_prefill_sizes_step_the_first_4x64_batch_waited_for_a_moe_com
 
 def test_warm_restarts_with_the_step_are_not_all_within_target():
     """Recorded as it was: two of three warm starts kept a 0.11 s first-batch spike that
-    no Triton compile explains (docs/gpu-entrypoint.md, what remains)."""
+    no Triton compile explains (docs/gpu-entrypoint.md, section 2)."""
     warm = sorted(round(ratios(p)["decode_x4"], 2) for p in AFTER.glob("warm*.first.json"))
     assert warm == [1.13, 1.86, 1.99]
 

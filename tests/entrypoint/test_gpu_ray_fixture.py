@@ -1,5 +1,5 @@
-"""The recorded H200 run of `tools/gpu/ray_tp2.sh run` on the device tool's
-nvidia-h200-x2 (two H200s of one host), 2026-11-29. The head role started Ray, waited
+"""The recorded H200 run of `tools/gpu/ray_tp2.sh run` on a host with two
+H200s, 2026-11-29. The head role started Ray, waited
 for both GPUs, launched the real CUDA vLLM 0.24.0 through its Ray executor with TP 2,
 served a chat request, and stopped vLLM and Ray on SIGTERM. The log is the
 entrypoint's whole output as it was; these tests read it, not the code that wrote it.

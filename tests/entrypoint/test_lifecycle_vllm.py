@@ -108,7 +108,7 @@ def test_sigterm_stops_vllm_and_exits_0_without_orphans(entrypoint_run):
     assert f"vLLM runs at nice {VLLM_NICE}" in run.log()
     if autogroup_enabled():
         assert autogroup_nice(vllm.pid) == VLLM_NICE
-        assert autogroup_nice(run.proc.pid) != VLLM_NICE  # the entrypoint's own session
+        assert autogroup_nice(run.proc.pid) != VLLM_NICE  # the entrypoint's own POSIX session
     sockets = run.vllm_rpc_dir()
     assert sockets.name.startswith(RPC_DIR_PREFIX) and any(sockets.iterdir())
     run.proc.send_signal(signal.SIGTERM)

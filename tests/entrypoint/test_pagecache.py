@@ -49,7 +49,7 @@ from tests.entrypoint.test_supervisor_errors import FakeRun
 
 GiB = 1024**3
 MiB = 1024**2
-# A GB10 after a cold load (unsloth PR #10705's figures): the driver's free is MemFree.
+# A GB10 after a cold load (unslothai/unsloth#10705's figures): the driver's free is MemFree.
 SPARK_TOTAL = int(121.69 * GiB)
 COLD = HostMemory(SPARK_TOTAL, available_bytes=int(115.70 * GiB), free_bytes=int(41.52 * GiB))
 # vllm/config/cache.py: gpu_memory_utilization's default, 0.20.0-0.34.0.

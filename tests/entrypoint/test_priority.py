@@ -1,4 +1,4 @@
-"""entrypoint/priority.py on real processes: nice value, inheritance, the session's group."""
+"""entrypoint/priority.py on real processes: nice value, inheritance, the POSIX session's group."""
 
 from __future__ import annotations
 

@@ -433,7 +433,7 @@ def test_the_clients_key_never_reaches_vllm(make_settings: MakeSettings) -> None
 
 
 def test_a_sessions_divergence_is_noted_after_vllms_handler(make_settings: MakeSettings) -> None:
-    """The next request of a session with another system prompt counts `system`, after
+    """The next request of a chat session with another system prompt counts `system`, after
     vLLM's handler answered: the handover never waits for the divergence hashes (on
     vLLM's loop each µs before it delays the burst's first tokens)."""
     registry = CollectorRegistry()

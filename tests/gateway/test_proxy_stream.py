@@ -146,7 +146,7 @@ def test_models_tokenize_and_embeddings_pass_through(
 def test_a_sessions_divergence_is_noted_once_the_request_is_through(
     fake_vllm: tuple[FakeVLLM, str], gateway_url: str, registry: CollectorRegistry
 ) -> None:
-    """The next request of a session with another system prompt counts `system`, but
+    """The next request of a chat session with another system prompt counts `system`, but
     only after its response: the forward never waits for the divergence hashes."""
     fake = fake_vllm[0]
     url, session = f"{gateway_url}/v1/chat/completions", {"x-session-id": "s1", **auth()}

@@ -92,8 +92,8 @@ def test_sessions_stick_to_one_replica_and_spread_over_both(
         for turn in range(3):
             assert _run_turn(url, turn) == [200] * SESSIONS
     seen = [_sessions_seen(fake) for fake in fakes]
-    assert seen[0].isdisjoint(seen[1])  # every session stayed on one replica
-    assert seen[0] and seen[1]  # and the sessions used both
+    assert seen[0].isdisjoint(seen[1])  # every agent session stayed on one replica
+    assert seen[0] and seen[1]  # and the agent sessions used both
     assert len(fakes[0].requests) + len(fakes[1].requests) == 3 * SESSIONS
     for name in ("a", "b"):
         assert _sample(registry, "gateway_upstream_healthy", replica=name) == 1
@@ -131,7 +131,7 @@ def test_replica_down_then_back_no_failed_request(
         assert on_b
         second.close()  # replica b goes away
         before_a = len(fakes[0].requests)
-        assert _run_turn(url, 1) == [200] * SESSIONS  # b's sessions fall back to a
+        assert _run_turn(url, 1) == [200] * SESSIONS  # b's agent sessions fall back to a
         assert len(fakes[0].requests) - before_a == SESSIONS
         assert _sample(registry, "gateway_upstream_healthy", replica="b") == 0
         assert _sample(registry, "gateway_upstream_errors_total", kind="connect") == 0
@@ -147,7 +147,7 @@ def test_replica_down_then_back_no_failed_request(
             after_b = _sample(
                 registry, "gateway_upstream_requests_total", replica="b", outcome="ok"
             )
-            assert after_b - before_b == len(on_b)  # exactly b's sessions came back
+            assert after_b - before_b == len(on_b)  # exactly b's agent sessions came back
 
 
 def test_failed_connection_is_retried_on_the_other_replica(

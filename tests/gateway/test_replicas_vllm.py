@@ -4,9 +4,9 @@ A multi-session agent workload (each session: its own long system prompt, then
 turns that each add a tool result) runs through a gateway with affinity
 routing and through one with round-robin, and the share of prompt tokens
 served from vLLM's prefix cache is printed side by side.  Each replica's KV
-pool holds about half of the sessions' contexts, as on a real box where the
-cache is the scarce resource: affinity keeps each session on the replica that
-holds its prefix, round-robin makes both replicas hold every session and
+pool holds about half of the agent sessions' contexts, as on a real box where the
+cache is the scarce resource: affinity keeps each agent session on the replica that
+holds its prefix, round-robin makes both replicas hold every agent session and
 evict.  Then one replica is killed mid-run: only requests in flight on it
 fail, its sessions are served by the other, and its traffic returns once it is
 back.
@@ -41,7 +41,7 @@ from tests.vllm_proc import VLLM_NICE, free_port, vllm_command, vllm_env
 pytestmark = pytest.mark.vllm
 
 NAMES = ("a", "b")
-SESSIONS_PER_REPLICA = (5, 4)  # odd total: round-robin alternates each session's turns
+SESSIONS_PER_REPLICA = (5, 4)  # odd total: round-robin alternates each agent session's turns
 TURNS = 4
 REPLICA_ARGS = (
     "--served-model-name",
@@ -178,7 +178,7 @@ def test_affinity_vs_round_robin_then_a_replica_killed_and_back(
     rr_share = _agent_workload(round_robin, [f"rr-{seed}" for seed in seeds])
     affinity_share = _agent_workload(affinity, seeds)
     print(
-        f"\nshare of prompt tokens from vLLM's cache, {len(seeds)} sessions x {TURNS} turns, "
+        f"\nshare of prompt tokens from vLLM's cache, {len(seeds)} agent sessions x {TURNS} turns, "
         f"2 replicas: affinity {affinity_share:.1%}  round-robin {rr_share:.1%}  "
         + (f"ratio {affinity_share / rr_share:.2f}x" if rr_share else "(round-robin: no hits)")
     )
@@ -207,7 +207,7 @@ def _waves_on_b(
     url: str, registry: CollectorRegistry, sessions: list[Session], turn: int, expected: int
 ) -> list[float]:
     """Waves of short requests, each once b is marked healthy, until one has every
-    one of b's sessions served by b; how many b served in each wave.
+    one of b's agent sessions served by b; how many b served in each wave.
 
     The gateway marks a replica unhealthy after its `/health` times out
     GATEWAY_HEALTH_TIMEOUT_MISSES (2) times in a row.  On this 2-core machine a
@@ -239,7 +239,7 @@ def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None
     victim, survivor = replicas[1], replicas[0]
     with serve(create_app(settings, registry=registry)) as url:
         served = _waves_on_b(url, registry, sessions, 0, sum(on_victim))
-        print(f"b's {sum(on_victim)} sessions served by b before the kill, wave by wave: {served}")
+        print(f"b's {sum(on_victim)} agent sessions served by b before the kill, by wave: {served}")
         assert served[-1] == sum(on_victim)
         results: list[bool] = []
         wave = threading.Thread(
@@ -251,7 +251,7 @@ def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None
         # Long streams, and the kill once every request of the wave is under way, so
         # that it lands on requests in flight (64 tokens were sometimes done before
         # it); at least one on b (a /health timeout streak could have sent one of b's
-        # sessions to a).  One that had no answer yet (queued or in prefill) on a
+        # agent sessions to a).  One that had no answer yet (queued or in prefill) on a
         # reused connection is sent to a instead and succeeds; one whose stream had
         # begun fails.
         deadline = time.monotonic() + 30
@@ -259,7 +259,7 @@ def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None
             assert time.monotonic() < deadline, "the wave's requests never all in flight"
             time.sleep(0.01)
         in_flight_on_victim = _gauge(registry, "gateway_upstream_in_flight", "b")
-        assert in_flight_on_victim >= 1, "none of b's sessions in flight on b"
+        assert in_flight_on_victim >= 1, "none of b's agent sessions in flight on b"
         victim.kill()
         wave.join()
         failed = results.count(False)
@@ -269,8 +269,8 @@ def _kill_and_return(replicas: list[Replica], settings: GatewaySettings) -> None
         victim.start()  # comes back on the same port while the survivor serves
         assert all(_wave(url, sessions, 2, max_tokens=4, stream=False))
         victim.wait_healthy()
-        # b's sessions return to b once the gateway sees it healthy again.
+        # b's agent sessions return to b once the gateway sees it healthy again.
         returned = _waves_on_b(url, registry, sessions, 3, sum(on_victim))
-        print(f"b's {sum(on_victim)} sessions served by b, wave by wave: {returned}")
-        assert returned[-1] == sum(on_victim)  # b's sessions returned to it
+        print(f"b's {sum(on_victim)} agent sessions served by b, wave by wave: {returned}")
+        assert returned[-1] == sum(on_victim)  # b's agent sessions returned to it
     assert survivor.proc is not None and survivor.proc.poll() is None

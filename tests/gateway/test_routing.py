@@ -78,7 +78,7 @@ def test_unhealthy_or_busy_preferred_replica_falls_back_to_least_loaded() -> Non
 def test_shared_system_prompt_spills_past_the_bound() -> None:
     key = affinity_key(CHAT, _chat("the one agent prompt"))
     load = [0, 0]
-    for _ in range(12):  # twelve concurrent sessions of one prompt, bound 4
+    for _ in range(12):  # twelve concurrent chat sessions of one prompt, bound 4
         chosen = _first([ReplicaState(n, True, load[i]) for i, n in enumerate(NAMES)], key)
         load[chosen] += 1
     assert load == [6, 6]  # four on the preferred one, then the least loaded each time

@@ -2,7 +2,7 @@
 
 Each function exercises a path a panel shows: streamed chats with a prompt long
 enough for prefix-cache hits (vLLM's CPU block is 128 tokens) and a timestamp the
-layout moves, a session whose system prompt changes (prefix divergence), a burst
+layout moves, a chat session whose system prompt changes (prefix divergence), a burst
 over the per-key limit (queue wait, 429), a bad key (401) and an unreachable
 upstream (5xx, upstream error).
 """

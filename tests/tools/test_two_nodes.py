@@ -40,7 +40,7 @@ class Nodes:
             "TWO_NODES_NET": self.net,
             "TWO_NODES_SHM": "64m",
             "PYTHON": sys.executable,
-            "OUT": str(out),
+            "OUT_DIR": str(out),
         }
 
     def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -1,28 +1,31 @@
 #!/bin/bash
-# Build, on a development machine, what tools/gpu/entrypoint_h200.sh sends to the GPU host:
-# one tar (whl/ + prometheus.xz) split into 56 MiB parts, each in its own folder of the
-# checkout that the device tool sends (names in .git/info/exclude, never committed).
+# Build, on a development machine, what tools/gpu/entrypoint_h200.sh installs on a GPU host:
+# one tar (whl/ + prometheus.xz) split into 56 MiB parts, each in its own folder
+# CHECKOUT/.gpu27-p0 … of a checkout that is then copied to the host (names in
+# .git/info/exclude, never committed).
 #
-# usage: build_bundle.sh WORK_DIR DEVICE_PACKAGES CHECKOUT
-#   WORK_DIR         scratch space (≈ 1 GiB)
-#   DEVICE_PACKAGES  the device image's Python packages, one name a line (the workplace's
-#                    description of the machine lists them); none of these is sent
-#   CHECKOUT         the checkout the device tool sends: parts go to CHECKOUT/.gpu27-p0 …
-# Needs pip (any Python; wheels are picked for the device's 3.12), zip, xz, apt-get, dpkg.
-# The recipe of shared/gpu/README.md: the device's own packages and the heavy optional GPU
-# extras are pinned to empty stub wheels, so pip fetches only what the device lacks;
-# FlashInfer is not sent (with --gdn-prefill-backend triton vLLM 0.24 does not import it
-# for the hybrid). vLLM is trimmed of what an SM90 GPU never loads, xgrammar of its static
-# library. Resolved on 2026-12-03 to 85 wheels, 213 MiB; the tar's sha256 was
+# usage: build_bundle.sh WORK_DIR HOST_PACKAGES CHECKOUT
+#   WORK_DIR       scratch space (≈ 1 GiB)
+#   HOST_PACKAGES  the GPU host's installed Python packages, one name a line
+#                  (`pip list --format freeze | cut -d= -f1`); none of these is bundled
+#   CHECKOUT       the checkout copied to the host: parts go to CHECKOUT/.gpu27-p0 …
+#   MKSTUB (env)   a script that writes an empty wheel NAME-VERSION+stub for its one
+#                  argument NAME==VERSION+stub, in the current folder
+# Needs pip (any Python; wheels are picked for the host's 3.12), zip, xz, apt-get, dpkg.
+# The host's own packages and the heavy optional GPU extras are pinned to empty stub
+# wheels, so pip fetches only what the host lacks; FlashInfer is not bundled (with
+# --gdn-prefill-backend triton vLLM 0.24 does not import it for the hybrid). vLLM is
+# trimmed of what an SM90 GPU never loads, xgrammar of its static library. Resolved on
+# 2026-12-03 to 85 wheels, 213 MiB; the tar's sha256 was
 # 239c21b1dddee42f365453c4e56c78fbd18185b1b2571d1dbd8ab67b5f6e7cd6 (pass it as BUNDLE_SHA;
 # a later resolution may pick newer releases and differ).
 set -euo pipefail
-work=$1 device_list=$2 checkout=$3
-shared_gpu=${SHARED_GPU:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/gpu}
+work=$1 host_list=$2 checkout=$3
+mkstub=$(realpath "${MKSTUB:?set MKSTUB to a script that writes a stub wheel (see the header)}")
 mkdir -p "$work"/stubs "$work"/dl "$work"/set "$work"/bundle/whl
 cd "$work"
 
-# Installed on the device (versions it reports) or not wanted there: empty stubs.
+# Installed on the host (versions it reports) or not wanted there: empty stubs.
 stubs="torch==2.11.0 torchaudio==2.11.0 torchvision==0.26.0 triton==3.6.0 numpy==2.5.2
 transformers==5.17.0 tokenizers==0.23.2 safetensors==0.8.0 sentencepiece==0.2.2
 tiktoken==0.14.0 huggingface-hub==1.33.0 numba==0.65.0 flashinfer-python==0.6.12
@@ -31,7 +34,7 @@ nvidia-cutlass-dsl==4.5.2 quack-kernels==0.3.3 tokenspeed-mla==0.1.2 humming-ker
 mistral-common==1.11.3"
 : > constraints.txt
 for spec in $stubs; do
-    (cd stubs && python3 "$shared_gpu/mkstub.py" "$spec+stub")
+    (cd stubs && python3 "$mkstub" "$spec+stub")
     echo "$spec+stub" >> constraints.txt
 done
 
@@ -46,8 +49,8 @@ python3 -m pip download --isolated --only-binary=:all: --python-version 3.12 \
     --implementation cp $platforms --find-links stubs -c constraints.txt -d dl \
     vllm==0.24.0 apache-tvm-ffi==0.1.9 pydantic-settings orjson 'uvicorn[standard]'
 
-# Keep what the device lacks: no stub, nothing on its package list.
-python3 - "$device_list" <<'EOF'
+# Keep what the host lacks: no stub, nothing on its package list.
+python3 - "$host_list" <<'EOF'
 import os, re, shutil, sys
 norm = lambda n: re.sub(r"[-_.]+", "-", n.strip().lower())
 device = {norm(n) for n in open(sys.argv[1]) if n.strip()}

@@ -26,7 +26,7 @@ DOC = ROOT / "docs" / "gpu-calibration.md"
 GiB = 1024**3
 FDO = "FULL_DECODE_ONLY"
 # The runs' vLLM (summary.txt); the plans follow its rules (budget/vllm_rules.py).
-SEEDS: dict[str, Any] = {
+ARTICLE_SETTINGS: dict[str, Any] = {
     "max_num_seqs": 4,
     "max_num_batched_tokens": 2048,
     "vllm_version": "0.24.0",
@@ -113,7 +113,7 @@ def load_runs() -> list[Run]:
         models = {p.name: p for p in write_models(Path(tmp))}
         runs = []
         for tag, (model, extra) in RUNS.items():
-            options = {**SEEDS, **extra}
+            options = {**ARTICLE_SETTINGS, **extra}
             plan = build_plan(PlanOptions(model=str(models[model]), hardware="h200", **options))
             log = (FIXTURES / f"{tag}.log").read_text()
             watcher = LogWatcher()

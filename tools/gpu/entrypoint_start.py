@@ -1,16 +1,17 @@
 """One measured `python -m entrypoint` start on a GPU host.
 
-Starts the entrypoint with the seeds' configuration on the Qwen3-Next-shaped `hybrid`
-model of tools/gpu/make_models.py (MTP 3, FULL_DECODE_ONLY with (K+1)×S capture sizes,
-4 sequences, chunk 2,048, dummy weights), its compile caches in SPARKSERVE_CACHE_DIR,
-and records its whole output with each line's seconds since launch (`+12.34s line`).
+Starts the entrypoint with the default profile's configuration (the tuning article's) on
+the Qwen3-Next-shaped `hybrid` model of tools/gpu/make_models.py (MTP 3, FULL_DECODE_ONLY
+with (K+1)×S capture sizes, 4 sequences, chunk 2,048, dummy weights), its compile caches
+in SPARKSERVE_CACHE_DIR, and records its whole output with each line's seconds since
+launch (`+12.34s line`).
 Once `/ready` answers 200 it measures the first request against steady state
 (tools/gpu/first_request.py), reads the control endpoint's /metrics (NVML), optionally
 runs every dashboard query through Prometheus (tools/gpu/dashboards_h200.py), then
 stops the entrypoint with SIGTERM. Files under --out: `<tag>.log`, `<tag>.first.json`,
 `<tag>.control_metrics.txt`, `<tag>.dashboards.json`; one line each in summary.txt.
 
-    python -m tools.gpu.entrypoint_start --tag cold --warmup on --out $OUT [--dashboards]
+    python -m tools.gpu.entrypoint_start --tag cold --warmup on --out DIR [--dashboards]
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from tools.gpu import first_request
 
 MODEL_DIR = "/tmp/gpumodels/hybrid"
 CACHE_DIR = "/tmp/sscache"
-# The seeds' configuration (the default profile, docs/budget.md) on the hybrid model.
-SEEDS_ENV = {
+# The default profile's configuration (docs/budget.md) on the hybrid model.
+ARTICLE_ENV = {
     "SPARKSERVE_MODEL": MODEL_DIR,
     "SPARKSERVE_HARDWARE": "h200",
     "SPARKSERVE_DEVICE": "cuda",
@@ -48,7 +49,7 @@ SEEDS_ENV = {
     "SPARKSERVE_LOAD_FORMAT": "dummy",
     "SPARKSERVE_CACHE_DIR": CACHE_DIR,
 }
-# shared/gpu/README.md: FlashInfer is not installed; its sampler would be imported.
+# FlashInfer is not in the bundle (tools/gpu/build_bundle.sh); its sampler would be imported.
 RUN_ENV = {
     "HF_HUB_OFFLINE": "1",
     "VLLM_USE_FLASHINFER_SAMPLER": "0",
@@ -121,7 +122,7 @@ def wait_ready(proc: subprocess.Popen[str], control: str, deadline: float) -> st
 
 
 def stop(proc: subprocess.Popen[str]) -> int:
-    """SIGTERM (the entrypoint stops vLLM's group), SIGKILL of the session if it hangs."""
+    """SIGTERM (the entrypoint stops vLLM's group), SIGKILL of its process group if it hangs."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -139,7 +140,7 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 def settings(args: argparse.Namespace) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKSERVE_")}
     env.update(RUN_ENV)
-    env.update(SEEDS_ENV)
+    env.update(ARTICLE_ENV)
     env["SPARKSERVE_WARMUP"] = args.warmup
     for pair in args.env:
         key, _, value = pair.partition("=")

@@ -4,7 +4,7 @@
 # no `ip` (the H200 image): tools/gpu/two_nodes.sh unpacks them with `dpkg -x` into its
 # state dir (never into /) and runs that `ip` with LD_LIBRARY_PATH set for it alone.
 # Run here, in the repository root (needs apt-get and a bookworm amd64 package list);
-# .carry/ is ignored by git (.gitignore) and travels with `carry=[.carry]`. The `ip` of
+# .carry/ is ignored by git (.gitignore); copy it to the host with the checkout. The `ip` of
 # iproute2 6.1 needs glibc ≥ 2.34 (Ubuntu 22.04 and later).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

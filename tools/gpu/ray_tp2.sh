@@ -4,50 +4,48 @@
 # 0.24.0 with `--distributed-executor-backend ray --tensor-parallel-size $TP` on a
 # dummy-weight Llama-8B-shaped model; then one chat request, Ray's status, and a stop.
 #
-# Where: the device tool's kind nvidia-h200-x2 (TP 2: two Ray GPU workers). On the
-# one-GPU kind nvidia-h200 it runs with TP 1 (still vLLM's Ray executor, one worker).
-# NVLink multicast stays off (KINDS.md): the three variables below are exported for the
+# Where: a host with two H200 GPUs (TP 2: two Ray GPU workers). On a one-GPU host it
+# runs with TP 1 (still vLLM's Ray executor, one worker). NVLink multicast stays off
+# (NCCL_NVLS_ENABLE=0 and the two below): the three variables are exported for the
 # entrypoint, so Ray (its raylet and workers) and vLLM inherit them.
 #
-# What it needs on the device, sent ahead (ignored by git, never committed):
-#   .gpu/p_part00 … p_part07   part00 … part07: tar of vLLM 0.24.0 + its missing wheels
-#                              (shared/gpu/README.md), split -b 58m
+# What it needs in the checkout on the host (ignored by git, never committed):
+#   .gpu/p_part00 … p_part07   part00 … part07: tar of vLLM 0.24.0 + the wheels the host
+#                              lacks (built as tools/gpu/build_bundle.sh does), split -b 58m
 #   .gpu/p_part08, p_part09    ray_part00, ray_part01: tar of ray-2.60.0-cp312 (manylinux2014),
 #                              split -b 58m. Ray's own needs (click, filelock, jsonschema,
 #                              msgpack, packaging, protobuf, pyyaml, requests) are on the
-#                              device or in the vLLM set.
-# The entrypoint itself travels as the working tree (PYTHONPATH=repo root); its runtime
-# deps are on the device (psutil, nvidia-ml-py, prometheus-client, httpx) or in the set.
+#                              host or in the vLLM set.
+# The entrypoint itself runs from the checkout (PYTHONPATH=repo root); its runtime deps
+# are on the host (psutil, nvidia-ml-py, prometheus-client, httpx) or in the set.
 #
-# How (one device call each, back to back: files outside the repo live only while the
-# machine stays warm, ~30 s after a call; a call carries at most 64 MiB):
-#   run(kind=nvidia-h200-x2, carry=[.gpu/p_part00], command="bash tools/gpu/ray_tp2.sh stage")
-#   … the same with .gpu/p_part01 … p_part06 and .gpu/p_part08 (8 calls in all), then
-#   run(carry=[.gpu/p_part07, .gpu/p_part09], timeout_s=600,
-#       command="timeout 590 bash tools/gpu/ray_tp2.sh run")
+# Steps, from the checkout's root, with OUT_DIR set to the folder for the results:
+#   bash tools/gpu/ray_tp2.sh stage      # copies .gpu/p_part*/* to PARTS_DIR (/root/parts);
+#                                        # run again whenever new part folders arrive
+#   timeout 590 bash tools/gpu/ray_tp2.sh run
 # `restart` instead of `run` starts it twice (cold, then warm caches; files under
-# $OUT/cold and $OUT/warm, one line each in $OUT/summary.txt).
-# Files back under $OUT: summary.txt (the lines that matter), entrypoint.log (the whole
+# OUT_DIR/cold and OUT_DIR/warm, one line each in OUT_DIR/summary.txt).
+# Files under OUT_DIR: summary.txt (the lines that matter), entrypoint.log (the whole
 # output: [sparkserve], [ray] and [vllm] lines), ray_status.txt, chat.json, metrics.txt,
 # install.log, ray_logs.tgz (Ray's session logs: raylet, GCS, the vLLM workers).
 set -u
-: "${OUT:?OUT must be set (the device tool sets it)}"
+: "${OUT_DIR:?set OUT_DIR to the folder for the results}"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 parts=${PARTS_DIR:-/root/parts}
 VLLM_TAR_SHA=51b4a5ca62f838fd4cd9238177a26384b05835290035d1f68ec759d4efc16d4a
 RAY_TAR_SHA=1d7bf6096006fefdf0225137b74f2ca769c16ad4077f41151f16e83519393029
-DEADLINE_S=${DEADLINE_S:-420}   # launch → /ready; the whole `run` must end inside 600 s
-summary=$OUT/summary.txt
+DEADLINE_S=${DEADLINE_S:-420}   # launch → /ready; `run` ends inside 600 s of its start
+summary=$OUT_DIR/summary.txt
 
 say() { echo "$*" | tee -a "$summary"; }
 
-# Keep NVLink multicast off everywhere (KINDS.md); vLLM copies NCCL_* to its Ray
+# Keep NVLink multicast off everywhere; vLLM copies NCCL_* to its Ray
 # workers itself, and the two others are named so it copies them too.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VLLM_RAY_EXTRA_ENV_VARS_TO_COPY=TORCH_SYMM_MEM_DISABLE_MULTICAST,NVSHMEM_DISABLE_NVLS,VLLM_USE_FLASHINFER_SAMPLER
 
 stage() {
-    # Copy the parts this call carried to /root/parts; on the first call, look around.
+    # Copy the part folders present to $parts; the first time, describe the host.
     mkdir -p "$parts"
     if [ -z "$(ls -A "$parts")" ]; then
         nvidia-smi -L
@@ -69,7 +67,7 @@ install() {
         [ -f "$parts/$p" ] || missing="$missing $p"
     done
     if [ -n "$missing" ]; then
-        say "MISSING PARTS:$missing (the machine went back between calls? stage them again)"
+        say "MISSING PARTS:$missing (copy their folders to the checkout and stage again)"
         return 2
     fi
     say "vllm tar sha256 $(cat "$parts"/part0[0-7] | sha256sum | cut -c1-16) (want ${VLLM_TAR_SHA:0:16})"
@@ -78,7 +76,7 @@ install() {
     cat "$parts"/part0[0-7] | tar xf - -C /tmp/whl || return 2
     cat "$parts"/ray_part0[01] | tar xf - -C /tmp/whl || return 2
     python3 -m pip install --no-index --no-deps --no-compile --no-cache-dir /tmp/whl/*.whl \
-        > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; return 2; }
+        > "$OUT_DIR/install.log" 2>&1 || { tail -20 "$OUT_DIR/install.log"; return 2; }
     python3 -c 'import vllm, ray; print("vllm", vllm.__version__, "ray", ray.__version__)' | tee -a "$summary"
     say "ray executable: $(ls "$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/ray")"
 }
@@ -104,8 +102,8 @@ head_settings() {
 }
 
 ray_status() {
-    echo "=== ray status ($1, $(date -u +%FT%TZ))" >> "$OUT/ray_status.txt"
-    timeout 30 "$ray_bin" status --address 127.0.0.1:6379 >> "$OUT/ray_status.txt" 2>&1
+    echo "=== ray status ($1, $(date -u +%FT%TZ))" >> "$OUT_DIR/ray_status.txt"
+    timeout 30 "$ray_bin" status --address 127.0.0.1:6379 >> "$OUT_DIR/ray_status.txt" 2>&1
 }
 
 run() {
@@ -132,11 +130,11 @@ run() {
     export PYTHONPATH=$root PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0
     local start pid code=""
     start=$(date +%s)
-    setsid python3 -m entrypoint > "$OUT/entrypoint.log" 2>&1 &
+    setsid python3 -m entrypoint > "$OUT_DIR/entrypoint.log" 2>&1 &
     pid=$!
     local ready=0 joined=0
     while true; do
-        if [ "$joined" = 0 ] && grep -q "all joined" "$OUT/entrypoint.log"; then
+        if [ "$joined" = 0 ] && grep -q "all joined" "$OUT_DIR/entrypoint.log"; then
             joined=1
             ray_status "cluster complete"
         fi
@@ -152,10 +150,10 @@ run() {
     if [ "$ready" = 1 ]; then
         curl -s -m 60 localhost:8000/v1/chat/completions -H 'content-type: application/json' \
             -d '{"model":"m","messages":[{"role":"user","content":"Say hello."}],"max_tokens":16}' \
-            > "$OUT/chat.json"
-        say "chat: $(head -c 600 "$OUT/chat.json")"
+            > "$OUT_DIR/chat.json"
+        say "chat: $(head -c 600 "$OUT_DIR/chat.json")"
         ray_status "serving"
-        curl -s -m 10 localhost:8001/metrics | grep -E '^sparkserve_' > "$OUT/metrics.txt"
+        curl -s -m 10 localhost:8001/metrics | grep -E '^sparkserve_' > "$OUT_DIR/metrics.txt"
         nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader \
             | sed 's/^/nvidia_smi /' | tee -a "$summary"
     fi
@@ -171,21 +169,21 @@ run() {
     code=$?
     say "entrypoint exit code $code"
     grep -E '^\[sparkserve\]|^sparkserve:|cluster after|Ray pid|Ray stopped|placement.group|Placement|RayWorker|ray_executor|RayExecutor|distributed_executor_backend|tensor_parallel_size|world_size|KV cache size|Maximum concurrency|Available KV cache|Model loading took|Graph capturing|init engine|torch.compile took|FlashInfer Allreduce|Starting vLLM|Error|error:|Traceback' \
-        "$OUT/entrypoint.log" | cut -c1-400 | head -200 >> "$summary"
-    tar czf "$OUT/ray_logs.tgz" -C /tmp/ray/session_latest logs 2>/dev/null
-    [ "$ready" = 1 ] && [ -s "$OUT/chat.json" ]
+        "$OUT_DIR/entrypoint.log" | cut -c1-400 | head -200 >> "$summary"
+    tar czf "$OUT_DIR/ray_logs.tgz" -C /tmp/ray/session_latest logs 2>/dev/null
+    [ "$ready" = 1 ] && [ -s "$OUT_DIR/chat.json" ]
 }
 
 restart() {
     # The same launch twice on one machine: a cold start, then a warm one that finds the
     # caches the first left (vLLM's torch.compile cache under SPARKSERVE_CACHE_DIR,
     # FlashInfer's JIT kernels under ~/.cache/flashinfer), as a container restarted on
-    # the compose volume would. Each run's files go to $OUT/cold and $OUT/warm.
-    local base=$OUT status=0
+    # the compose volume would. Each run's files go to $OUT_DIR/cold and $OUT_DIR/warm.
+    local base=$OUT_DIR status=0
     for phase in cold warm; do
-        OUT=$base/$phase
-        summary=$OUT/summary.txt
-        mkdir -p "$OUT"
+        OUT_DIR=$base/$phase
+        summary=$OUT_DIR/summary.txt
+        mkdir -p "$OUT_DIR"
         ( run ) || status=1
         echo "$phase: $(grep -E '^ready=|torch.compile took|phase: ready after' "$summary" | sed 's/.*INFO/INFO/' | tr '\n' ' ')" >> "$base/summary.txt"
     done
@@ -196,6 +194,6 @@ case "${1:-}" in
     stage) stage ;;
     run) run ;;
     restart) restart ;;
-    install) mkdir -p "$OUT"; stage > /dev/null; install ;;  # for tools/gpu/two_nodes.sh
+    install) mkdir -p "$OUT_DIR"; stage > /dev/null; install ;;  # for tools/gpu/two_nodes.sh
     *) echo "usage: $0 stage|run|restart|install (see the header)" >&2; exit 2 ;;
 esac

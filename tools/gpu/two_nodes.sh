@@ -11,26 +11,25 @@
 #   probe                          tools.link_probe across the veth (nccl with GPUs, else gloo)
 #   cpu-join                       CPU: Ray's head in one node, the entrypoint's worker role in
 #                                  the other; the join, then the head killed → the worker exits
-#   gpu-install                    the device: vLLM + Ray wheels (tools/gpu/ray_tp2.sh stage
+#   gpu-install                    GPU host: vLLM + Ray wheels (tools/gpu/ray_tp2.sh stage
 #                                  first), the dense test model
-#   gpu-run tp2|pp2                the device (nvidia-h200-x2): entrypoint head + worker with
+#   gpu-run tp2|pp2                GPU host (two H200s): entrypoint head + worker with
 #                                  the TP 2 or PP 2 plan and the measured link; one request,
 #                                  first_request timings; tp2 then kills the worker, pp2 the head
 #   gpu-all                        setup, probe, gpu-run tp2, gpu-run pp2, teardown
 #
-# Every log goes under $OUT (default $STATE/out). No `ip` on the machine (the H200 image):
+# Every log goes under OUT_DIR (default $STATE/out). No `ip` on the machine (the H200 image):
 # the script unpacks Debian bookworm's iproute2 and its libraries from .carry/iproute2/*.deb
-# (tools/gpu/fetch_iproute2.sh fills it; carry .carry with the device call) and runs that
-# `ip` with LD_LIBRARY_PATH set for it alone (TWO_NODES_CARRIED_IP=1: that one even where
-# an `ip` exists). NVLink multicast stays off (KINDS.md) in every
+# (tools/gpu/fetch_iproute2.sh fills it; copy .carry/ to the host with the checkout) and
+# runs that `ip` with LD_LIBRARY_PATH set for it alone (TWO_NODES_CARRIED_IP=1: that one even where
+# an `ip` exists). NVLink multicast stays off (NCCL_NVLS_ENABLE=0) in every
 # environment started here: the variables are exported before any node starts, and vLLM
 # copies them to its Ray workers (VLLM_RAY_EXTRA_ENV_VARS_TO_COPY).
 #
-# Device calls (nvidia-h200-x2; .gpu/p_part* as in tools/gpu/ray_tp2.sh's header):
-#   run(kind=nvidia-h200-x2, carry=[.gpu/p_part00], command="bash tools/gpu/ray_tp2.sh stage")
-#   … the other parts likewise, then
-#   run(carry=[.gpu/p_part07, .gpu/p_part09, .carry], timeout_s=600,
-#       command="timeout 590 bash tools/gpu/two_nodes.sh gpu-all")
+# On a host with two H200s, from the checkout's root (.gpu/p_part* and staging as in
+# tools/gpu/ray_tp2.sh's header):
+#   bash tools/gpu/ray_tp2.sh stage
+#   timeout 590 bash tools/gpu/two_nodes.sh gpu-all
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 NAME=${TWO_NODES_NAME:-ss2n}          # prefix of the state dir and the veth's temporary names
@@ -40,20 +39,20 @@ LINK_IF=${TWO_NODES_IF:-${NAME}0}     # the link's name in both nodes (NCCL/Gloo
 RAY_PORT=${TWO_NODES_RAY_PORT:-6379}
 SHM_SIZE=${TWO_NODES_SHM:-8g}
 PY=${PYTHON:-python3}
-OUT=${OUT:-$STATE/out}
+OUT_DIR=${OUT_DIR:-$STATE/out}
 HEAD_IP=$NET.1
 WORKER_IP=$NET.2
 DEADLINE_S=${DEADLINE_S:-420}
 
 export PATH="$(dirname "$(command -v "$PY")"):$PATH" PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
-# NVLink multicast off everywhere (KINDS.md); NCCL only over sockets on the veth.
+# NVLink multicast off everywhere; NCCL only over sockets on the veth.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO
 export NCCL_DEBUG_SUBSYS=INIT,NET NCCL_SOCKET_IFNAME=$LINK_IF GLOO_SOCKET_IFNAME=$LINK_IF
 export VLLM_RAY_EXTRA_ENV_VARS_TO_COPY=TORCH_SYMM_MEM_DISABLE_MULTICAST,NVSHMEM_DISABLE_NVLS,NCCL_P2P_DISABLE,NCCL_SHM_DISABLE,NCCL_IB_DISABLE,NCCL_DEBUG,NCCL_DEBUG_SUBSYS,VLLM_USE_FLASHINFER_SAMPLER
 
-say() { mkdir -p "$OUT"; echo "$*" | tee -a "$OUT/summary.txt"; }
+say() { mkdir -p "$OUT_DIR"; echo "$*" | tee -a "$OUT_DIR/summary.txt"; }
 die() { echo "two_nodes: $*" >&2; exit 2; }
 
 ip_() {
@@ -103,7 +102,7 @@ setup() {
     [ "$(id -u)" = 0 ] || die "setup needs root (namespaces, veth)"
     for tool in unshare nsenter; do command -v $tool > /dev/null || die "$tool is missing"; done
     [ -e "$STATE/head/pid" ] && die "$STATE exists: a setup is still up ($0 teardown)"
-    mkdir -p "$STATE" "$OUT"
+    mkdir -p "$STATE" "$OUT_DIR"
     ip_ -V > /dev/null || die "ip does not run"
     start_holder head && start_holder worker || { teardown; exit 2; }
     ip_ link add "$NAME-a" type veth peer name "$NAME-b" || { teardown; die "veth not created"; }
@@ -152,7 +151,7 @@ teardown() {
     local logs
     logs=$(cd "$STATE" 2>/dev/null && ls -d ./*/ray/session_*/logs 2>/dev/null)
     # shellcheck disable=SC2086
-    [ -n "$logs" ] && mkdir -p "$OUT" && tar czf "$OUT/ray_logs.tgz" -C "$STATE" $logs
+    [ -n "$logs" ] && mkdir -p "$OUT_DIR" && tar czf "$OUT_DIR/ray_logs.tgz" -C "$STATE" $logs
     rm -rf "$STATE/head" "$STATE/worker" "$STATE/iproute2"
     rmdir "$STATE" 2>/dev/null
     return 0
@@ -174,14 +173,14 @@ link_probe() {
     local args=(--addr "$HEAD_IP" --port 29510 --backend "$backend" --max-bytes "$max"
         --iters "${PROBE_ITERS:-20}")
     in_node worker env CUDA_VISIBLE_DEVICES=1 "$PY" -m tools.link_probe --rank 1 "${args[@]}" \
-        > "$OUT/link_probe_worker.log" 2>&1 &
+        > "$OUT_DIR/link_probe_worker.log" 2>&1 &
     local worker=$!
     in_node head env CUDA_VISIBLE_DEVICES=0 "$PY" -m tools.link_probe --rank 0 "${args[@]}" \
-        --json "$OUT/link_probe.json" > "$OUT/link_probe.log" 2>&1
+        --json "$OUT_DIR/link_probe.json" > "$OUT_DIR/link_probe.log" 2>&1
     local code=$?
     wait $worker || code=1
-    cat "$OUT/link_probe.log"
-    grep -h "NET/Socket\|NET/IB\|Using network" "$OUT"/link_probe*.log | head -4 | sed 's/^/nccl: /'
+    cat "$OUT_DIR/link_probe.log"
+    grep -h "NET/Socket\|NET/IB\|Using network" "$OUT_DIR"/link_probe*.log | head -4 | sed 's/^/nccl: /'
     return $code
 }
 
@@ -232,7 +231,7 @@ cpu_join() {
     local ray_args=(--num-cpus 1 --num-gpus 0 --object-store-memory 100000000)
     in_node head ray start --head --port "$RAY_PORT" --node-ip-address "$HEAD_IP" \
         --temp-dir "$STATE/head/ray" --include-dashboard=false --disable-usage-stats \
-        "${ray_args[@]}" --block > "$OUT/head_ray.log" 2>&1 &
+        "${ray_args[@]}" --block > "$OUT_DIR/head_ray.log" 2>&1 &
     local start=$SECONDS
     until ray_probe | grep -q "$HEAD_IP"; do
         [ $((SECONDS - start)) -gt 120 ] && { say "head's Ray never answered"; return 1; }
@@ -242,7 +241,7 @@ cpu_join() {
     worker_env "${ray_args[*]}"
     in_node worker env "${wenv[@]}" SPARKSERVE_DEVICE=cpu \
         RAY_gcs_rpc_server_reconnect_timeout_s=${RECONNECT_S:-5} "$PY" -m entrypoint \
-        > "$OUT/worker_entrypoint.log" 2>&1 &
+        > "$OUT_DIR/worker_entrypoint.log" 2>&1 &
     local worker=$! nodes=""
     start=$SECONDS
     until grep -q "$WORKER_IP" <<< "$nodes"; do
@@ -250,7 +249,7 @@ cpu_join() {
         sleep 1
         nodes=$(ray_probe)
     done
-    echo "$nodes" > "$OUT/ray_nodes.json"
+    echo "$nodes" > "$OUT_DIR/ray_nodes.json"
     say "worker joined after $((SECONDS - start)) s: $nodes"
     nvls_check
     kill_node head KILL
@@ -259,7 +258,7 @@ cpu_join() {
     wait_exit $worker 120
     local code=$?
     say "worker entrypoint exit code $code after $((SECONDS - start)) s"
-    grep -E "^sparkserve: |Ray exited" "$OUT/worker_entrypoint.log" | tail -3 | sed 's/^/worker: /' | tee -a "$OUT/summary.txt"
+    grep -E "^sparkserve: |Ray exited" "$OUT_DIR/worker_entrypoint.log" | tail -3 | sed 's/^/worker: /' | tee -a "$OUT_DIR/summary.txt"
     [ "$code" != 0 ] && [ "$code" != 124 ]
 }
 
@@ -270,9 +269,9 @@ gpu_install() {
 
 head_env() {  # head_env TP PP: the entrypoint's head role, that plan, the measured link → $henv
     local link=()
-    [ -s "$OUT/link_probe.json" ] && read -ra link < <("$PY" -c 'import json, sys
+    [ -s "$OUT_DIR/link_probe.json" ] && read -ra link < <("$PY" -c 'import json, sys
 l = json.load(open(sys.argv[1]))["link"]
-print(f"SPARKSERVE_NODE_LINK_GBS={l['gbs']:.4g} SPARKSERVE_NODE_LINK_LATENCY_US={l['latency_us']:.4g}")' "$OUT/link_probe.json")
+print(f"SPARKSERVE_NODE_LINK_GBS={l['gbs']:.4g} SPARKSERVE_NODE_LINK_LATENCY_US={l['latency_us']:.4g}")' "$OUT_DIR/link_probe.json")
     henv=(SPARKSERVE_ROLE=head SPARKSERVE_MODEL=/tmp/gpumodels/dense SPARKSERVE_HARDWARE=h200
         SPARKSERVE_DEVICE=cuda SPARKSERVE_NODES=2 SPARKSERVE_TP=$1 SPARKSERVE_PP=$2 SPARKSERVE_MTP=0
         SPARKSERVE_MAX_MODEL_LEN=4096 SPARKSERVE_MAX_NUM_SEQS=4 SPARKSERVE_SERVED_MODEL_NAME=m
@@ -294,13 +293,13 @@ import json, os
 from budget.plan_dict import plan_dict
 from budget.planner import build_plan
 print(json.dumps(plan_dict(build_plan(load_config(os.environ).plan, read_weights=False)), indent=1))' \
-        > "$OUT/$tag.plan.json" 2> "$OUT/$tag.plan.err"
+        > "$OUT_DIR/$tag.plan.json" 2> "$OUT_DIR/$tag.plan.err"
     in_node head env CUDA_VISIBLE_DEVICES=0 "${henv[@]}" "$PY" -m entrypoint \
-        > "$OUT/$tag.head.log" 2>&1 &
+        > "$OUT_DIR/$tag.head.log" 2>&1 &
     local head=$!
     worker_env
     in_node worker env CUDA_VISIBLE_DEVICES=1 "${wenv[@]}" "$PY" -m entrypoint \
-        > "$OUT/$tag.worker.log" 2>&1 &
+        > "$OUT_DIR/$tag.worker.log" 2>&1 &
     local worker=$! start=$SECONDS ready=0
     while kill -0 $head 2>/dev/null && [ $((SECONDS - start)) -lt "$DEADLINE_S" ]; do
         in_node head curl -s -o /dev/null -w '%{http_code}' localhost:8001/ready | grep -q 200 \
@@ -309,13 +308,13 @@ print(json.dumps(plan_dict(build_plan(load_config(os.environ).plan, read_weights
     done
     say "$tag: ready=$ready after $((SECONDS - start)) s"
     nvls_check
-    grep -E "waiting for|joined|cluster after" "$OUT/$tag.head.log" | head -10 | sed "s/^/$tag join: /" | tee -a "$OUT/summary.txt"
+    grep -E "waiting for|joined|cluster after" "$OUT_DIR/$tag.head.log" | head -10 | sed "s/^/$tag join: /" | tee -a "$OUT_DIR/summary.txt"
     grep -E "KV cache|Maximum concurrency|NET/Socket|refus|not supported|NotImplemented" \
-        "$OUT/$tag.head.log" | head -12 | cut -c1-300 | sed "s/^/$tag: /" | tee -a "$OUT/summary.txt"
+        "$OUT_DIR/$tag.head.log" | head -12 | cut -c1-300 | sed "s/^/$tag: /" | tee -a "$OUT_DIR/summary.txt"
     if [ $ready = 1 ]; then
         in_node head "$PY" -m tools.gpu.first_request --label "$tag" --steady 3 \
-            --json "$OUT/$tag.first.json" > "$OUT/$tag.first.txt" 2>&1
-        sed "s/^/$tag: /" "$OUT/$tag.first.txt" | tail -8 | tee -a "$OUT/summary.txt"
+            --json "$OUT_DIR/$tag.first.json" > "$OUT_DIR/$tag.first.txt" 2>&1
+        sed "s/^/$tag: /" "$OUT_DIR/$tag.first.txt" | tail -8 | tee -a "$OUT_DIR/summary.txt"
     fi
     local victim=worker survivor=$head
     [ $tag = pp2 ] && victim=head survivor=$worker
@@ -323,7 +322,7 @@ print(json.dumps(plan_dict(build_plan(load_config(os.environ).plan, read_weights
     say "$tag: $victim node killed"
     wait_exit $survivor 180
     say "$tag: the other entrypoint's exit code $? after $((SECONDS - start)) s"
-    grep -E "^sparkserve: " "$OUT/$tag.head.log" "$OUT/$tag.worker.log" | tail -4 | tee -a "$OUT/summary.txt"
+    grep -E "^sparkserve: " "$OUT_DIR/$tag.head.log" "$OUT_DIR/$tag.worker.log" | tail -4 | tee -a "$OUT_DIR/summary.txt"
     kill_node head TERM; kill_node worker TERM
     sleep 3
     [ $ready = 1 ]
@@ -331,9 +330,9 @@ print(json.dumps(plan_dict(build_plan(load_config(os.environ).plan, read_weights
 
 gpu_all() {
     gpu_install || exit 2
-    nvidia-smi -L | tee -a "$OUT/summary.txt"
+    nvidia-smi -L | tee -a "$OUT_DIR/summary.txt"
     setup || exit 2
-    link_probe | tee -a "$OUT/summary.txt"
+    link_probe | tee -a "$OUT_DIR/summary.txt"
     local code=0
     gpu_run tp2 || code=1
     teardown; setup || exit 2   # fresh namespaces: nothing left of the TP 2 run
