@@ -4,7 +4,7 @@ vLLM serves `GptOssForCausalLM` with `quant_method: mxfp4` through
 layers/quantization/mxfp4.py `GptOssMxfp4MoEMethod`.  On CUDA it picks the MoE backend
 in layers/fused_moe/oracle/mxfp4.py `_get_priority_backends_for_gpt_oss`: FlashInfer
 TRTLLM needs SM 10.x, AITER is ROCm, and TRITON (`_triton_kernel_moe_supports_current_device`:
-9.0 ≤ capability < 11.0 in 0.20-0.30, < 13.0 from 0.32; 0.31 unread) comes next, so an SM 9.0 GPU
+9.0 ≤ capability < 11.0 in 0.20-0.31, < 13.0 from 0.32) comes next, so an SM 9.0 GPU
 (H100, H200) runs TRITON in every release read (0.20.0-0.34.0).  On other GPUs the
 backend depends on what is installed (FlashInfer's CUTLASS MoE, else Marlin), so the
 planner keeps the checkpoint's layout there and says so.

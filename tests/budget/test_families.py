@@ -67,6 +67,17 @@ REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
         config_for("nemotron-h") | {"sliding_window": 4096},
     ),
     "zamba2": ("Zamba2ForCausalLM", {**BASE, "architectures": ["Zamba2ForCausalLM"]}),
+    # Gemma 4: per-layer head sizes for sliding and full layers and KV-shared layers
+    # (vllm 0.32 model_executor/models/gemma4.py), which the planner does not model.
+    "gemma4": (
+        "Gemma4ForCausalLM",
+        {
+            **config_for("gemma3"),
+            "architectures": ["Gemma4ForCausalLM"],
+            "model_type": "gemma4_text",
+            "num_kv_shared_layers": 2,
+        },
+    ),
     "jamba": ("JambaForCausalLM", {**BASE, "architectures": ["JambaForCausalLM"]}),
     "mamba2": ("Mamba2ForCausalLM", {**BASE, "architectures": ["Mamba2ForCausalLM"]}),
     "mamba-fields-under-a-llama-name": (
