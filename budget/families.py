@@ -67,6 +67,13 @@ _MAMBA_FIELDS = (
     "ssm_state_size",
     "state_size",
 )
+# Where `layer_types` may say "linear_attention": the GDN models, and Granite-4.0-H,
+# whose "mamba" layers transformers 5 renames so (configuration_utils.py
+# `_LEGACY_LAYER_TYPE_REMAP`).
+_LINEAR_ATTENTION_ARCHITECTURES = (
+    *FAMILIES["Gated-DeltaNet hybrids"],
+    "GraniteMoeHybridForCausalLM",
+)
 # Fields of the Gated-DeltaNet models, whose `mamba_ssm_dtype` is their state's dtype.
 _GDN_FIELD = "linear_num_value_heads"
 
@@ -115,7 +122,7 @@ def check_family(architecture: str, cfg: dict[str, Any], source: str) -> None:
         raise _refuse(source, f"a {architecture!r} config with Mamba/SSM fields ({mamba[0]!r})")
     if architecture not in SUPPORTED:
         raise _refuse(source, f"architecture {architecture!r}")
-    if _gdn_layers(cfg) and architecture not in FAMILIES["Gated-DeltaNet hybrids"]:
+    if _gdn_layers(cfg) and architecture not in _LINEAR_ATTENTION_ARCHITECTURES:
         raise _refuse(source, f"Gated-DeltaNet layers under architecture {architecture!r}")
     if cfg.get("kv_lora_rank") is not None:
         raise _refuse(source, "multi-head latent attention ('kv_lora_rank')")

@@ -39,6 +39,7 @@ from budget.kv_sliding import (
     sliding_groups,
     window_tokens,
 )
+from budget.kv_tp import TPHeads, kv_heads_per_rank
 from budget.vllm_rules import DEFAULT_CHOICE, VLLMRules
 
 DEFAULT_RULES = DEFAULT_CHOICE.rules  # the vLLM the amd64 image pins
@@ -98,12 +99,16 @@ class KVModel:
     # the SSM state's dtype is ssm_state_dtype_bytes, the conv state's the model's.
     num_mamba2_layers: int = 0
     mamba2: Mamba2Dims | None = None
+    # What TP splits besides the KV heads (budget/kv_tp.py): the query heads (0 = not
+    # known, not checked) and whether KV heads are replicated when fewer than the ranks.
+    num_attention_heads: int = 0
+    kv_heads_replicated: bool = True
 
     def __post_init__(self) -> None:
         _require_min(self, _MODEL_POSITIVE_FIELDS[1:], 1)
         _require_min(self, ("num_attention_layers",), 0 if self.num_sliding_layers else 1)
         _require_min(self, ("num_gdn_layers", "mtp_layers", "num_sliding_layers"), 0)
-        _require_min(self, ("draft_num_kv_heads", "draft_head_dim"), 0)
+        _require_min(self, ("draft_num_kv_heads", "draft_head_dim", "num_attention_heads"), 0)
         if self.num_gdn_layers:
             _require_min(self, _GDN_FIELDS, 1, " for a GDN hybrid")
         if self.num_sliding_layers:
@@ -238,7 +243,7 @@ def _draft_per_token(model: KVModel, settings: KVSettings, per_token: int) -> in
     heads differ)."""
     if not (model.draft_num_kv_heads or model.draft_head_dim):
         return per_token
-    heads = max(1, (model.draft_num_kv_heads or model.num_kv_heads) // settings.tp)
+    heads = kv_heads_per_rank(model.draft_num_kv_heads or model.num_kv_heads, settings.tp)
     head_dim = model.draft_head_dim or model.head_dim
     return _per_token_bytes(heads, head_dim, settings, model.model_dtype_bytes)
 
@@ -248,13 +253,16 @@ def _draft_same_spec(model: KVModel, settings: KVSettings) -> bool:
     in the target's bucket; otherwise they are a spec and a bucket of their own."""
     heads = model.draft_num_kv_heads or model.num_kv_heads
     head_dim = model.draft_head_dim or model.head_dim
-    same_heads = max(1, heads // settings.tp) == max(1, model.num_kv_heads // settings.tp)
+    same_heads = kv_heads_per_rank(heads, settings.tp) == kv_heads_per_rank(
+        model.num_kv_heads, settings.tp
+    )
     return same_heads and head_dim == model.head_dim == model.head_dim_v
 
 
 def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
     """The KV pool layout vLLM builds for this model and these settings."""
-    kv_heads = max(1, model.num_kv_heads // settings.tp)
+    _require_tp_split(model, settings.tp)
+    kv_heads = kv_heads_per_rank(model.num_kv_heads, settings.tp)
     per_token = (
         kv_heads
         * (model.head_dim + model.head_dim_v)
@@ -288,6 +296,25 @@ def kv_layout(model: KVModel, settings: KVSettings) -> KVLayout:
         )
     draft = DraftKV(draft_layers, draft_per_token, _draft_same_spec(model, settings))
     return _hybrid_layout(model, settings, kv_heads, per_token, draft)
+
+
+def tp_heads(model: KVModel) -> TPHeads:
+    """The main model's heads that tensor parallelism splits (budget/kv_tp.py)."""
+    gdn = model.num_gdn_layers > 0
+    return TPHeads(
+        num_kv_heads=model.num_kv_heads,
+        num_attention_heads=model.num_attention_heads,
+        kv_heads_replicated=model.kv_heads_replicated,
+        gdn_key_heads=model.linear_num_key_heads if gdn else 0,
+        gdn_value_heads=model.linear_num_value_heads if gdn else 0,
+    )
+
+
+def _require_tp_split(model: KVModel, tp: int) -> None:
+    """vLLM refuses a TP that does not split every head, the drafter's KV heads too."""
+    tp_heads(model).require(tp)
+    if model.draft_num_kv_heads:
+        TPHeads(num_kv_heads=model.draft_num_kv_heads).require(tp)
 
 
 def _sliding_layout(

@@ -113,7 +113,19 @@ def mamba2_state(
     ssm_dtype_bytes: int,
 ) -> GDNState:  # fmt: skip
     """`MambaStateShapeCalculator.mamba2_state_shape` with its dtypes: the conv state
-    (conv_kernel - 1 + K, (I + 2·G'·N) / TP) and the SSM state (heads / TP, P, N)."""
+    (conv_kernel - 1 + K, (I + 2·G'·N) / TP) and the SSM state (heads / TP, P, N).
+    `MambaMixer2` (layers/mamba/mamba_mixer2.py, 0.24 and 0.32) first asserts that TP
+    divides the heads, and the groups unless there is one group."""
+    if dims.num_heads % tp:
+        raise BudgetError(
+            f"mamba_num_heads={dims.num_heads} is not divisible by tp={tp}; vLLM's "
+            "Mamba-2 mixer requires it"
+        )
+    if dims.n_groups % tp and dims.n_groups != 1:
+        raise BudgetError(
+            f"n_groups={dims.n_groups} is not divisible by tp={tp} and is not 1; vLLM's "
+            "Mamba-2 mixer requires one or the other"
+        )
     groups = dims.n_groups + extra_groups_for_head_shards(dims.n_groups, tp)
     conv_dim = dims.intermediate_size + 2 * groups * dims.state_size
     return GDNState(

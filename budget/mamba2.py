@@ -36,7 +36,14 @@ _NEMOTRON_BLOCKS = {
     "-": (NO_MIXER, DENSE),
     "E": (NO_MIXER, MOE),
 }
-_GRANITE_MIXERS = {"mamba": MAMBA, "attention": FULL_ATTENTION}
+# granitemoehybrid.py's names (0.24) and the names transformers 5 rewrites them to
+# (configuration_utils.py `_LEGACY_LAYER_TYPE_REMAP`), which vllm 0.32 reads.
+_GRANITE_MIXERS = {
+    "mamba": MAMBA,
+    "attention": FULL_ATTENTION,
+    "linear_attention": MAMBA,
+    "full_attention": FULL_ATTENTION,
+}
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # vllm config.py NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE
 NEMOTRON_H_DEFAULT_SSM_DTYPE = "float32"

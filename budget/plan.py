@@ -17,6 +17,7 @@ from budget.kv import (
     min_kv_bytes_to_start,
 )
 from budget.kv_mamba import Mamba2Dims
+from budget.kv_tp import ARCHITECTURES_WITHOUT_KV_REPLICATION
 from budget.model import ModelSpec
 from budget.profiles import ModelProfile
 from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings
@@ -164,6 +165,8 @@ def kv_model(
         head_dim=m.head_dim,
         head_dim_v=m.head_dim,
         model_dtype_bytes=m.dtype_bytes,
+        num_attention_heads=m.num_attention_heads,
+        kv_heads_replicated=m.architecture not in ARCHITECTURES_WITHOUT_KV_REPLICATION,
         linear_num_key_heads=g.num_key_heads if g else 0,
         linear_num_value_heads=g.num_value_heads if g else 0,
         linear_key_head_dim=g.key_head_dim if g else 0,

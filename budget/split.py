@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from budget.plan import Plan, plan_for
+from budget.kv import tp_heads
+from budget.plan import Plan, kv_model, plan_for
 from budget.profiles import ModelProfile
 from budget.settings import Settings
 
 
 def _splits(profile: ModelProfile, s: Settings) -> list[tuple[int, int]]:
-    """(tp, pp) using every GPU, TP dividing the attention and KV heads."""
+    """(tp, pp) using every GPU, TP splitting every head as vLLM needs (budget/kv_tp.py)."""
     ranks = s.nodes * s.hardware.gpus
     m = profile.spec
+    heads = tp_heads(kv_model(m, 0))
     return [
         (ranks // pp, pp)
         for pp in range(1, ranks + 1)
-        if ranks % pp == 0 and m.num_attention_heads % (ranks // pp) == 0 and m.num_layers >= pp
+        if ranks % pp == 0 and heads.refusal(ranks // pp) is None and m.num_layers >= pp
     ]
 
 

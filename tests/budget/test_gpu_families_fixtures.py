@@ -168,3 +168,98 @@ def test_nemotron_weights_match_the_logged_load(capsys: pytest.CaptureFixture[st
     assert code == 0, err
     weights = sum(v for k, v in json.loads(out)["components"].items() if k.startswith("weights."))
     assert abs(weights / (LOGGED[NEMOTRON].weights_gib * GiB) - 1) < 0.01
+
+
+@dataclass(frozen=True)
+class Mamba2Run:
+    """A Mamba-2 hybrid start of the second set (README: "Mamba-2 hybrids with vLLM's
+    mamba cache modes"): its folder, flags and what its log says."""
+
+    folder: str
+    max_model_len: int
+    prefix_caching: bool
+    mode: str  # the mamba cache mode vLLM 0.24 takes for these flags
+    block: int
+    tokens: int
+    concurrency: float
+
+
+MAMBA2_RUNS = (
+    Mamba2Run(
+        "nemotron-3-nano-30b-a3b-prefix-caching", 131_072, True, "all", 2176, 2_292_685, 17.49
+    ),
+    Mamba2Run("falcon-h1-shape", 131_072, True, "all", 1792, 1_311_605, 10.01),
+    Mamba2Run("nemotron-h-8b-shape", 8192, False, "none", 1040, 4_085_467, 498.71),
+)
+
+
+def mamba2_plan(
+    run: Mamba2Run, capsys: pytest.CaptureFixture[str], *extra: str
+) -> dict[str, object]:
+    argv = ["plan", "--model", str(RUN / run.folder), "--hardware", "h200", "--json"]
+    argv += ["--vllm-version", "0.24.0", "--max-model-len", str(run.max_model_len)]
+    argv += ["--prefix-caching", "on" if run.prefix_caching else "off", *extra]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    plan: dict[str, object] = json.loads(out)
+    return plan
+
+
+@pytest.mark.parametrize("run", MAMBA2_RUNS, ids=lambda r: r.folder)
+def test_a_mamba2_log_holds_what_its_row_says(run: Mamba2Run) -> None:
+    seen = observed(run.folder)
+    assert (seen.kv_cache_tokens, seen.max_concurrency) == (run.tokens, run.concurrency)
+    assert seen.block_size == run.block
+    engine = re.search(r"enable_prefix_caching=(True|False)", log_text(run.folder))
+    assert engine and (engine[1] == "True") == run.prefix_caching
+
+
+@pytest.mark.parametrize("run", MAMBA2_RUNS, ids=lambda r: r.folder)
+def test_a_mamba2_plan_has_the_logged_block_mode_and_lines(
+    run: Mamba2Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = mamba2_plan(run, capsys)
+    layout = plan["kv_layout"]
+    assert isinstance(layout, dict)
+    assert (plan["block_size"], layout["mamba_cache_mode"]) == (run.block, run.mode)
+    text = log_text(run.folder)
+    for line in layout["log_lines"]:
+        assert line in text, line
+
+
+@pytest.mark.parametrize("run", MAMBA2_RUNS, ids=lambda r: r.folder)
+def test_a_mamba2_logged_pool_brackets_its_tokens(
+    run: Mamba2Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = observed(run.folder)
+    assert seen.kv_cache_bytes is not None
+    tokens = []
+    for pool in (seen.kv_cache_bytes - HALF_LOGGED_GIB, seen.kv_cache_bytes + HALF_LOGGED_GIB):
+        plan = mamba2_plan(run, capsys, "--kv-cache-memory-bytes", str(int(pool)))
+        tokens.append(plan["kv_cache_tokens"])
+    assert tokens[0] <= run.tokens <= tokens[1]  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("run", MAMBA2_RUNS, ids=lambda r: r.folder)
+def test_a_mamba2_plan_is_within_two_percent_of_the_pool_and_one_of_the_weights(
+    run: Mamba2Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = observed(run.folder)
+    assert seen.kv_cache_bytes is not None and seen.weights_bytes is not None
+    plan = mamba2_plan(run, capsys)
+    assert abs(int(str(plan["kv_cache_bytes"])) / seen.kv_cache_bytes - 1) < KV_POOL_TOLERANCE
+    components = plan["components"]
+    assert isinstance(components, dict)
+    weights = sum(v for k, v in components.items() if k.startswith("weights."))
+    assert abs(weights / seen.weights_bytes - 1) < 0.01
+
+
+def test_vllm_0_24_with_transformers_5_cannot_build_granite_4_h() -> None:
+    """transformers 5 renames Granite-4.0-H's layer kinds to "linear_attention" /
+    "full_attention" (configuration_utils.py `_LEGACY_LAYER_TYPE_REMAP`); vLLM 0.24's
+    granitemoehybrid.py looks them up as "mamba" / "attention" and stops at the first."""
+    text = log_text("granite-4.0-h-small-shape")
+    assert "KeyError: 'linear_attention'" in text
+    assert "GPU KV cache size" not in text
+    assert '"mamba"' in (RUN / "granite-4.0-h-small-shape" / "config.json").read_text()

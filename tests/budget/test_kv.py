@@ -111,7 +111,15 @@ def test_avx512_bf16_cpu_keeps_ssm_in_fp32() -> None:
 
 
 def test_tp_must_divide_gdn_heads() -> None:
-    with pytest.raises(BudgetError, match="GDN conv_dim=8192 is not divisible by tp=3"):
+    # vLLM splits GDN key heads into num_k_heads // tp groups and never replicates them:
+    # 2 key heads over 4 ranks is refused although conv_dim (1,536) and the 8 value
+    # heads divide, which is all gated_delta_net_state_shape checks.
+    few_key_heads = dataclasses.replace(
+        QWEN3_NEXT, linear_num_key_heads=2, linear_num_value_heads=8
+    )
+    with pytest.raises(BudgetError, match="linear_num_key_heads=2 is not divisible by tp=4"):
+        kv_layout(few_key_heads, settings(tp=4))
+    with pytest.raises(BudgetError, match="tp=3 is not a multiple of num_key_value_heads=2"):
         kv_layout(QWEN3_NEXT, settings(tp=3))
 
 
@@ -167,7 +175,8 @@ dense_models = st.builds(
     KVModel,
     num_attention_layers=st.integers(1, 64),
     num_gdn_layers=st.just(0),
-    num_kv_heads=st.integers(1, 64),
+    # heads that TP 1 and 2 both split (an odd count > 1 is refused at TP 2)
+    num_kv_heads=st.just(1) | st.integers(1, 32).map(lambda n: 2 * n),
     head_dim=st.sampled_from([64, 128, 256]),
     head_dim_v=st.sampled_from([64, 128, 256]),
     model_dtype_bytes=st.sampled_from([2, 4]),

@@ -63,9 +63,15 @@ def test_speculative_tokens_widen_the_conv_state() -> None:
 
 
 def test_heads_that_do_not_split_are_refused() -> None:
-    # 8 groups over 3 ranks: 3 groups (8 + 3 - 8), conv 4096 + 2·3·128 = 4864 channels.
-    with pytest.raises(BudgetError, match="conv_dim=4864 is not divisible by tp=3"):
+    with pytest.raises(BudgetError, match="mamba_num_heads=64 is not divisible by tp=3"):
         mamba2_state(NANO, tp=3, num_spec_tokens=0, conv_dtype_bytes=2, ssm_dtype_bytes=4)
+
+
+def test_groups_that_do_not_split_are_refused_unless_one() -> None:
+    """MambaMixer2: `n_groups % tp == 0 or n_groups == 1`; 8 groups at TP 16 are refused
+    (the heads, 64, would split), one group at TP 8 is replicated (above)."""
+    with pytest.raises(BudgetError, match="n_groups=8 is not divisible by tp=16 and is not 1"):
+        mamba2_state(NANO, tp=16, num_spec_tokens=0, conv_dtype_bytes=2, ssm_dtype_bytes=4)
 
 
 def _nano_layout(release: str, prefix_caching: bool, max_model_len: int = 131_072) -> KVLayout:

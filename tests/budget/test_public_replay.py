@@ -113,12 +113,14 @@ def family(fixture: Fixture) -> str:
     return kind.removesuffix("_text").removesuffix("_moe")
 
 
-def test_public_fixtures_cover_three_releases_and_two_hybrid_families() -> None:
-    """At least three vLLM versions and two hybrid model families."""
+def test_public_fixtures_cover_three_releases_two_hybrid_families_and_tp_1_2_4() -> None:
+    """At least three vLLM versions, both hybrid model families, and TP 1, 2 and 4 (no
+    public TP 8 log was found: docs/kv-arithmetic.md, "Proof by replay")."""
     fixtures = [load(path) for path in FIXTURE_PATHS]
     versions = {fixture.header["vllm"] for fixture in fixtures}
     assert len(versions) >= 3, versions
     assert {family(fixture) for fixture in fixtures} == {"qwen3_5", "qwen3_next"}
+    assert {fixture.args["tp"] for fixture in fixtures} >= {1, 2, 4}
 
 
 @pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
