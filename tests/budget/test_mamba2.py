@@ -20,6 +20,7 @@ from budget.model import model_from_config
 from budget.plan import kv_model
 from budget.profiles import load_model
 from budget.vllm_rules import choose_rules
+from budget.weights import layer_params
 from entrypoint.tiny_model import config_for
 
 NEMOTRON_3 = Path(__file__).parent / "fixtures" / "gpu_h200_families" / "nemotron-3-nano-30b-a3b"
@@ -152,3 +153,21 @@ def test_the_nemotron_profile_fits_one_spark_at_full_context(
     assert plan["fits"] and plan["hardware"] == "dgx-spark"
     assert plan["settings"]["max_model_len"] == 262_144
     assert plan["max_concurrency"] >= 1
+
+
+def test_nemotron_h_blocks_carry_only_their_own_weights() -> None:
+    """One block per pattern character (tiny `nemotron-3`: "MEM*EM", hidden 128):
+    M holds only the mixer, E only the ReLU² experts (up + down, no gate), * only
+    attention; with `moe_latent_size` the experts run at that width between two
+    replicated projections (fc1/fc2_latent_proj), counted with the router."""
+    spec = model_from_config(config_for("nemotron-3") | {"moe_latent_size": 16}, "n", "n")
+    mamba, moe, attention = (layer_params(spec, i, spec.layer_types[i]) for i in (0, 1, 3))
+    # in_proj 128 × (2·128 + 2·2·16 + 4) + out_proj 128 × 128, conv 192 × 4 + 192 bias,
+    # A, D, dt_bias 3 × 4, the gated norm 128.
+    assert mamba.mamba == 128 * 324 + 128 * 128 + 192 * 4 + 192 + 12 + 128
+    assert (mamba.attention, mamba.routed_experts, mamba.dense_mlp) == (0, 0, 0)
+    assert moe.routed_experts == 4 * 2 * 16 * 32
+    assert moe.shared_experts == 2 * 128 * 32
+    assert moe.router == 128 * 4 + 2 * 128 * 16
+    assert (moe.mamba, moe.attention) == (0, 0)
+    assert attention.attention > 0 and attention.routed_experts == attention.mamba == 0
