@@ -86,9 +86,21 @@ def figures(plan: Plan, seen: Observed) -> list[Figure]:
         ),
         Figure("KV pool", "bytes", plan.kv_cache_bytes, seen.kv_cache_bytes, KV_TOLERANCE),
         Figure(
-            "KV cache tokens", "tokens", plan.kv_cache_tokens, seen.kv_cache_tokens, KV_TOLERANCE
+            "KV cache tokens",
+            "tokens",
+            plan.kv_cache_tokens,
+            seen.kv_cache_tokens,
+            KV_TOLERANCE,
+            required=True,
         ),
-        Figure("max concurrency", "x", plan.max_concurrency, seen.max_concurrency, KV_TOLERANCE),
+        Figure(
+            "max concurrency",
+            "x",
+            plan.max_concurrency,
+            seen.max_concurrency,
+            KV_TOLERANCE,
+            required=True,
+        ),
         *_block_terms(plan, seen),
         Figure("CUDA graph pool", "bytes", graphs, seen.cudagraph_bytes, None),
     ]
