@@ -193,6 +193,13 @@ test-ray: $(VENV)/.test-stamp ## The Ray role tests: a real head and worker on l
 bench-warmup: $(VENV)/.test-stamp ## First-request TTFT right after ready vs steady state, warm-up on and off (tiny model, CPU)
 	flock /tmp/sparkserve-vllm-test.lock $(PY) -m tools.bench_warmup $(BENCH_WARMUP_ARGS)
 
+# --- your own GPU box (docs/gpu-check.md) ---------------------------------------------
+.PHONY: gpu-check
+ARGS ?= --out run/gpu-check
+
+gpu-check: $(VENV)/.base-stamp ## The planner against vLLM on this GPU, dummy weights (ARGS="--out DIR --model …"; needs vLLM with CUDA)
+	$(PY) -m entrypoint.gpu_check $(ARGS)
+
 # --- gateway overhead (docs/gateway.md "Overhead") -----------------------------------------
 .PHONY: bench-gateway
 BENCH_GATEWAY_ARGS ?=

@@ -12,8 +12,6 @@ from typing import Any
 
 from bench.conditions import split_args
 from bench.errors import BenchError
-from bench.graph_stats import GraphStats, parse_graph_stats
-from bench.graphs import coverage, graph_hits, parse_log
 from bench.launcher import DEFAULT_LAUNCHER, LaunchedServer, LaunchSpec
 from bench.planinfo import plan_for
 from bench.rundir import RunDir
@@ -21,6 +19,8 @@ from bench.scale import get_scale
 from bench.sweep import STAGES, Stage, metrics_row, run_sweep
 from bench.sweep_report import write_sweep_report
 from budget.vllm_rules import CUDAGRAPH_METRICS_FIRST, has_cudagraph_metrics_flag
+from entrypoint.graph_hits import coverage, graph_hits, parse_log
+from entrypoint.graph_stats import GraphStats, parse_graph_stats
 from entrypoint.vllm_version import installed_vllm_version, planned_version
 
 ERROR_CHARS = 2000

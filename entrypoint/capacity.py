@@ -51,10 +51,11 @@ def _blocks_per_request(plan: Plan, seen: Observed, block_size: int) -> Term | N
         return None
     layout = plan.layout
     pool = seen.kv_cache_bytes if seen.kv_cache_bytes is not None else plan.kv_cache_bytes
+    half = HALF_LOGGED_GIB if seen.kv_cache_bytes is not None else 0  # the pool's rounding
     bytes_per_block = layout.bytes_per_block * block_size // layout.block_size
     num_blocks = pool // bytes_per_block
-    low = num_blocks / (concurrency + HALF_LOGGED_CONCURRENCY)
-    high = num_blocks / (concurrency - HALF_LOGGED_CONCURRENCY)
+    low = (pool - half) // bytes_per_block / (concurrency + HALF_LOGGED_CONCURRENCY)
+    high = (pool + half) // bytes_per_block / (concurrency - HALF_LOGGED_CONCURRENCY)
     planned = layout.blocks_per_request
     return Term(
         "blocks_per_request", planned, round(num_blocks / concurrency), not low <= planned <= high

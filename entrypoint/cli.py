@@ -63,17 +63,22 @@ def build_parser() -> argparse.ArgumentParser:
         "(exit 1 when the plan does not fit)",
     )
     for option in OPTIONS:
-        switch = option.is_switch  # `--force` alone means on
-        parser.add_argument(
-            option.flag,
-            dest=option.field,
-            metavar=option.metavar,
-            default=None,
-            nargs="?" if switch else None,
-            const="on" if switch else None,
-            help=f"{option.help} [{option.env}] (default: {_shown_default(option)})",
-        )
+        add_option(parser, option)
     return parser
+
+
+def add_option(parser: argparse.ArgumentParser, option: Option) -> None:
+    """`option` as a flag whose raw string lands in `option.field` (None when not given)."""
+    switch = option.is_switch  # `--force` alone means on
+    parser.add_argument(
+        option.flag,
+        dest=option.field,
+        metavar=option.metavar,
+        default=None,
+        nargs="?" if switch else None,
+        const="on" if switch else None,
+        help=f"{option.help} [{option.env}] (default: {_shown_default(option)})",
+    )
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

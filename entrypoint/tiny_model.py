@@ -369,12 +369,18 @@ def write_tiny_model(out_dir: Path, kind: str = "dense", max_position: int = 409
     """Write config.json and the tokenizer files into out_dir; return out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(config_for(kind, max_position), indent=2))
-    (out_dir / "tokenizer.json").write_text(_tokenizer_json())
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(), indent=2))
+    write_tokenizer(out_dir)
     (out_dir / "generation_config.json").write_text(
         json.dumps({"eos_token_id": 2, "pad_token_id": 0, "do_sample": False})
     )
     return out_dir
+
+
+def write_tokenizer(out_dir: Path) -> None:
+    """The small BPE tokenizer (ids below VOCAB_SIZE) and its ChatML config, into out_dir:
+    enough for vLLM to serve any config.json with `--load-format dummy`."""
+    (out_dir / "tokenizer.json").write_text(_tokenizer_json())
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(), indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:

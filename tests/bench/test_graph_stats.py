@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.graph_stats import Dispatch, parse_graph_stats
-from bench.graphs import coverage, graph_hits
+from entrypoint.graph_hits import coverage, graph_hits
+from entrypoint.graph_stats import Dispatch, parse_graph_stats
 
 FIXTURES = Path(__file__).with_name("fixtures")
 CPU_LOG = FIXTURES / "graph_stats" / "tiny_dense_cpu_v0.32.0.log"

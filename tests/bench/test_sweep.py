@@ -8,11 +8,11 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchError, LaunchError
-from bench.graphs import coverage, parse_log
 from bench.launcher import LaunchedServer, LaunchSpec
 from bench.sweep import STAGES, STATE_FILE, choose, ordered, run_sweep
 from bench.sweep_cli import log_flush_wait_s, reported_graph_stats, with_graph_stats
 from bench.sweep_report import render_sweep, write_sweep_report
+from entrypoint.graph_hits import coverage, parse_log
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_launcher.py"))]
 

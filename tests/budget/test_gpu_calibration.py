@@ -1,4 +1,4 @@
-"""Replay of the recorded H200 runs (vLLM 0.24.0, dummy weights; tools/gpu/calibrate.sh):
+"""Replay of the recorded H200 runs (vLLM 0.24.0, dummy weights; docs/gpu-calibration.md):
 the planner's GPU terms must put the KV pool within 2 % of vLLM's `Available KV cache
 memory`, and the KV arithmetic must give vLLM's logged token count exactly."""
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tools.gpu.calibration_table import DOC, Run, capacity_blocks, load_runs, table
+from tools.calibration_table import DOC, Run, capacity_blocks, load_runs, table
 
 GiB = 1024**3
 LOG_ROUNDING_BYTES = 0.005 * GiB  # vLLM prints GiB with two decimals
@@ -68,4 +68,4 @@ def test_bigger_chunk_costs_kv_in_plan_and_on_gpu(runs: list[Run]) -> None:
 
 
 def test_doc_table_is_current() -> None:
-    assert table() in DOC.read_text(), "run `python -m tools.gpu.calibration_table --write`"
+    assert table() in DOC.read_text(), "run `python -m tools.calibration_table --write`"

@@ -1,4 +1,4 @@
-"""tools/gpu/first_request.py: how a stream is timed and how runs are summarised (the
+"""entrypoint/gpu_check/first_request.py: how a stream is timed and how runs are summarised (the
 measuring itself ran on the H200; its records are replayed in test_gpu_h200_entrypoint)."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import httpx
 import pytest
 
-from tools.gpu.first_request import Round, Run, Stream, render_table, stream, summarise
+from entrypoint.gpu_check.first_request import Round, Run, Stream, render_table, stream, summarise
 
 
 def sse(events: list[dict]) -> bytes:

@@ -1,7 +1,9 @@
 """The recorded H200 runs of `python -m entrypoint` with the real CUDA vLLM
 0.24.0 on an H200 (2026-12-03), the Qwen3-Next-shaped hybrid with the default
-profile's settings (MTP 3, FULL_DECODE_ONLY [4, 8, 12, 16], 4 sequences, chunk 2,048), driven by
-tools/gpu/entrypoint_h200.sh. `without_prefill_sizes/`: four starts (cold and warm
+profile's settings (MTP 3, FULL_DECODE_ONLY [4, 8, 12, 16], 4 sequences, chunk 2,048). Each log
+is the entrypoint's whole output, every line stamped with seconds since launch, the driver's
+own lines marked `[driver]`; `*.first.json` are entrypoint/gpu_check/first_request.py's
+records. `without_prefill_sizes/`: four starts (cold and warm
 compile caches, warm-up on and off) with the warm-up as it was; `with_prefill_sizes/`:
 a cold and two warm starts after the warm-up gained its prefill-sizes step (a third
 warm start's log was not kept; its measurement was). These tests read the logs
@@ -17,9 +19,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from entrypoint.gpu_check import first_request
+from entrypoint.gpu_check.phases import phases, printed, stamped, table
 from entrypoint.logscan import LogWatcher
-from tools.gpu import first_request
-from tools.gpu.startup_phases import phases, printed, stamped, table
 
 RUN = Path(__file__).parent / "fixtures" / "gpu_h200_entrypoint"
 BEFORE = RUN / "without_prefill_sizes"

@@ -1,4 +1,4 @@
-"""The recorded H200 run of `tools/gpu/ray_tp2.sh run` on a host with two
+"""The recorded H200 run of `tools/ray_tp2.sh run` on a host with two
 H200s, 2026-11-29. The head role started Ray, waited
 for both GPUs, launched the real CUDA vLLM 0.24.0 through its Ray executor with TP 2,
 served a chat request, and stopped vLLM and Ray on SIGTERM. The log is the

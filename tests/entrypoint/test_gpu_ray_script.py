@@ -1,4 +1,4 @@
-"""tools/gpu/ray_tp2.sh, the GPU run of the head role through Ray, checked here.
+"""tools/ray_tp2.sh, the GPU run of the head role through Ray, checked here.
 
 The script's SPARKSERVE_* settings are read out of the script itself and given to the
 entrypoint's own config, planner, head launch and vLLM flag check, so a setting that
@@ -12,14 +12,14 @@ import pytest
 
 from budget.planner import build_plan
 from entrypoint.config import load_config
+from entrypoint.gpu_check.models import write_profile_model
 from entrypoint.hardware import HostMemory, Machine
 from entrypoint.planning import build_launch, plan_options
 from entrypoint.ray_cluster import Expected, ray_launch
 from entrypoint.roles import expected_cluster, for_head
 from entrypoint.vllm_flags import check_flags, vllm_parser
-from tools.gpu.make_models import write_models
 
-SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "ray_tp2.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "ray_tp2.sh"
 EXPORT = re.compile(r'^\s*export (SPARKSERVE_\w+)=(?:"([^"]*)"|(\S*))\s*$')
 # What the script's shell fills in: TP on two GPUs, and the start-up deadline.
 SHELL = {"$TP": "2", "$DEADLINE_S": "420"}
@@ -50,7 +50,7 @@ def head(tmp_path_factory):
     """Config, plan and vLLM launch of the script's head, its model written here."""
     settings = script_settings(SCRIPT.read_text())
     models = tmp_path_factory.mktemp("gpumodels")
-    write_models(models)
+    write_profile_model("llama-3.1-8b", models / "dense")
     settings["SPARKSERVE_MODEL"] = settings["SPARKSERVE_MODEL"].replace(
         "/tmp/gpumodels", str(models)
     )

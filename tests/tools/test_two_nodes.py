@@ -1,4 +1,4 @@
-"""`tools/gpu/two_nodes.sh` on CPU: two namespace "nodes" joined by a veth pair.
+"""`tools/two_nodes.sh` on CPU: two namespace "nodes" joined by a veth pair.
 
 What runs here: the nodes set up and torn down leaving nothing behind; each node's own
 network, IPC namespace and /dev/shm; tools.link_probe (gloo) across the veth; Ray's head in
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "tools" / "gpu" / "two_nodes.sh"
+SCRIPT = Path(__file__).parents[2] / "tools" / "two_nodes.sh"
 MISSING = [tool for tool in ("unshare", "nsenter", "ip") if shutil.which(tool) is None]
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="namespaces and veth pairs need root"),
@@ -163,19 +163,19 @@ def test_a_bad_command_exits_2() -> None:
     assert lone.returncode == 2 and "node head is not set up" in lone.stderr
 
 
-CARRIED = SCRIPT.parents[2] / ".carry" / "iproute2"
+DEBS = SCRIPT.parents[1] / "run" / "iproute2"
 
 
 @pytest.mark.skipif(
-    not list(CARRIED.glob("iproute2_*.deb")),
-    reason="no .carry/iproute2 (bash tools/gpu/fetch_iproute2.sh fills it)",
+    not list(DEBS.glob("iproute2_*.deb")),
+    reason="no run/iproute2/*.deb (bash tools/fetch_iproute2.sh fills it)",
 )
-def test_the_carried_iproute2_sets_up_the_link(tmp_path: Path) -> None:
+def test_the_unpacked_iproute2_sets_up_the_link(tmp_path: Path) -> None:
     made = Nodes(tmp_path / "out")
-    made.env["TWO_NODES_CARRIED_IP"] = "1"
+    made.env["TWO_NODES_UNPACKED_IP"] = "1"
     try:
         assert made.run("setup").returncode == 0
-        assert (made.state / "iproute2" / "bin" / "ip").exists()  # the carried one ran
+        assert (made.state / "iproute2" / "bin" / "ip").exists()  # the unpacked one ran
         status = made.run("status").stdout
         assert f"{made.net}.1/24" in status and f"{made.net}.2/24" in status
     finally:

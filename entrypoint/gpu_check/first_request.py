@@ -4,17 +4,18 @@ Run right after the entrypoint's `/ready` turns 200. Three shapes, each first on
 (the "first request" a user of that shape meets), then `--steady N` more times:
 
 - `chat`: a short streamed chat (the chat template path);
-- `long_prompt`: a streamed completion of a prompt longer than one prefill chunk;
-- `decode_x4`: 4 streamed completions sent together (4 concurrent decodes).
+- `long_prompt`: a streamed completion of a prompt longer than one prefill chunk
+  (2.5 chunks by default, as the warm-up's long prompt);
+- `decode_xN`: N streamed completions sent together (N concurrent decodes; 4 by default).
 
 Every prompt starts with its own random token ids, so no request hits another's
 cached prefix (prefix caching is on), warm-up's included. Times come from the SSE
 events as they arrive: TTFT is send → first event with a token (vLLM's continuous
 usage stats count the tokens of each event), a gap is the time between two events
-that added tokens. A measuring tool, not a test; `summarise` and `render_table` are
-pure and replayed by the tests on recorded runs.
+that added tokens. `python -m entrypoint.gpu_check` runs it after its start; alone, against
+any vLLM that serves the shapes:
 
-    python -m tools.gpu.first_request --url http://127.0.0.1:8000 --model m --json FILE
+    python -m entrypoint.gpu_check.first_request --url http://127.0.0.1:8000 --model m --json FILE
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from typing import Any
 
 import httpx
 
-SHAPES = ("chat", "long_prompt", "decode_x4")
 FIRST_GAPS = 8  # the inter-token gaps compared (the first ones a user sees)
 CHAT_TOKENS = 32
 LONG_PROMPT_TOKENS = 5_000  # > one 2,048-token chunk: three prefill chunks
@@ -83,6 +83,11 @@ class Run:
     label: str
     rounds: list[Round] = field(default_factory=list)
 
+    @property
+    def shapes(self) -> list[str]:
+        """The shapes in the order they were first sent."""
+        return list(dict.fromkeys(r.shape for r in self.rounds))
+
 
 @dataclass(frozen=True)
 class ShapeSummary:
@@ -104,7 +109,7 @@ class ShapeSummary:
 def summarise(run: Run) -> list[ShapeSummary]:
     """Per shape: its first round against the median of the later ones."""
     out = []
-    for shape in SHAPES:
+    for shape in run.shapes:
         rounds = [r for r in run.rounds if r.shape == shape]
         if len(rounds) < 2:
             continue
@@ -181,13 +186,30 @@ def random_ids(rng: random.Random, n: int) -> list[int]:
     return [rng.randint(*TOKEN_IDS) for _ in range(n)]
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """How big the long prompt is and how many decodes run together."""
+
+    long_prompt_tokens: int = LONG_PROMPT_TOKENS
+    concurrent: int = DECODE_WIDTH
+
+    def __post_init__(self) -> None:
+        if self.long_prompt_tokens < 1 or self.concurrent < 1:
+            raise ValueError(f"{self}: the long prompt and the concurrency must be ≥ 1")
+
+    @property
+    def shapes(self) -> tuple[str, ...]:
+        return ("chat", "long_prompt", f"decode_x{self.concurrent}")
+
+
 class Shapes:
     """The three request shapes against one vLLM; fresh random prefixes each call."""
 
-    def __init__(self, client: httpx.Client, model: str, seed: int) -> None:
+    def __init__(self, client: httpx.Client, model: str, seed: int, sizes: Sizes) -> None:
         self.client = client
         self.model = model
         self.rng = random.Random(seed)
+        self.sizes = sizes
 
     def chat(self) -> list[Stream]:
         words = " ".join(str(i) for i in random_ids(self.rng, 6))
@@ -207,48 +229,77 @@ class Shapes:
         return stream(self.client, "/v1/completions", body)
 
     def long_prompt(self) -> list[Stream]:
-        return [self._completion(LONG_PROMPT_TOKENS, LONG_TOKENS)]
+        return [self._completion(self.sizes.long_prompt_tokens, LONG_TOKENS)]
 
-    def decode_x4(self) -> list[Stream]:
-        with ThreadPoolExecutor(DECODE_WIDTH) as pool:
+    def concurrent(self) -> list[Stream]:
+        width = self.sizes.concurrent
+        with ThreadPoolExecutor(width) as pool:
             jobs = [
                 pool.submit(self._completion, DECODE_PROMPT_TOKENS, DECODE_TOKENS)
-                for _ in range(DECODE_WIDTH)
+                for _ in range(width)
             ]
             return [job.result() for job in jobs]
 
+    def send(self, shape: str) -> list[Stream]:
+        if shape == "chat":
+            return self.chat()
+        return self.long_prompt() if shape == "long_prompt" else self.concurrent()
 
-def measure(url: str, model: str, label: str, steady: int, ready_at: float, seed: int) -> Run:
-    """Each shape first once (in SHAPES order), then `steady` rounds of all three."""
+
+def measure(
+    client: httpx.Client,
+    model: str,
+    label: str,
+    steady: int,
+    ready_at: float,
+    seed: int = 0,
+    sizes: Sizes | None = None,
+) -> Run:
+    """Each shape first once (chat, long prompt, concurrent), then `steady` rounds of all
+    three; `client` is vLLM's (base URL and key set)."""
+    sizes = sizes or Sizes()
     run = Run(label)
-    with httpx.Client(base_url=url, timeout=TIMEOUT_S) as client:
-        shapes = Shapes(client, model, seed)
-        for _ in range(1 + steady):
-            for shape in SHAPES:
-                sent = time.time() - ready_at
-                run.rounds.append(Round(shape, sent, getattr(shapes, shape)()))
+    shapes = Shapes(client, model, seed, sizes)
+    for _ in range(1 + steady):
+        for shape in sizes.shapes:
+            sent = time.time() - ready_at
+            run.rounds.append(Round(shape, sent, shapes.send(shape)))
     return run
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tools.gpu.first_request", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m entrypoint.gpu_check.first_request",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="vLLM's OpenAI server")
     parser.add_argument("--model", default="m", help="served model name")
     parser.add_argument("--label", default="run", help="the run's name in the table and JSON")
     parser.add_argument("--steady", type=int, default=5, help="rounds after the first")
     parser.add_argument("--ready-at", type=float, help="epoch seconds /ready turned 200")
     parser.add_argument("--seed", type=int, default=0, help="random prompt ids")
+    parser.add_argument(
+        "--long-prompt-tokens", type=int, default=LONG_PROMPT_TOKENS, help="the long prompt"
+    )
+    parser.add_argument(
+        "--concurrent", type=int, default=DECODE_WIDTH, help="decodes sent together"
+    )
     parser.add_argument("--json", type=Path, help="write the run here")
     args = parser.parse_args(argv)
     if args.steady < 1:
-        parser.error("--steady must be ≥ 1")
+        parser.error(f"--steady {args.steady}: must be ≥ 1")
+    if args.long_prompt_tokens < 1 or args.concurrent < 1:
+        parser.error("--long-prompt-tokens and --concurrent must be ≥ 1")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     ready_at = args.ready_at if args.ready_at is not None else time.time()
-    run = measure(args.url, args.model, args.label, args.steady, ready_at, args.seed)
+    sizes = Sizes(args.long_prompt_tokens, args.concurrent)
+    with httpx.Client(base_url=args.url, timeout=TIMEOUT_S) as client:
+        run = measure(client, args.model, args.label, args.steady, ready_at, args.seed, sizes)
     if args.json:
         args.json.write_text(json.dumps(asdict(run), indent=1) + "\n")
     print(render_table(run))

@@ -1,4 +1,5 @@
-"""Where a start's time goes: phases of a stamped entrypoint log (tools/gpu/entrypoint_start.py).
+"""Where a start's time goes: phases of a stamped entrypoint log (entrypoint.gpu_check's
+entrypoint.log).
 
 Each line of such a log starts with the seconds since launch (`+12.34s `). A phase ends
 at the first line that matches its mark (the n-th, for marks vLLM prints once for the
@@ -6,7 +7,7 @@ model and once for the MTP drafter); its time is the distance from the phase bef
 Marks that a log lacks (no warm-up line with SPARKSERVE_WARMUP=off, say) are skipped,
 so their time counts toward the next phase found.
 
-    python -m tools.gpu.startup_phases LOG...   (a Markdown table, one column per log)
+    python -m entrypoint.gpu_check.phases LOG...   (a Markdown table, one column per log)
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def table(runs: dict[str, Sequence[tuple[float, str]]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     paths = [Path(p) for p in (argv if argv is not None else sys.argv[1:])]
     if not paths:
-        print("usage: python -m tools.gpu.startup_phases LOG...", file=sys.stderr)
+        print("usage: python -m entrypoint.gpu_check.phases LOG...", file=sys.stderr)
         return 2
     stems = [path.stem for path in paths]
     names = [str(p) if stems.count(p.stem) > 1 else p.stem for p in paths]

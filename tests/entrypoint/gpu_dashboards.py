@@ -10,7 +10,7 @@ expression of grafana/dashboards/ and writes one JSON: per query the number of s
 and their finite values, plus the metric names each target exposed and the control
 endpoint's whole /metrics text (the NVML series).
 
-    python -m tools.gpu.dashboards_h200 --vllm URL --control URL --model m --out FILE
+    python -m tests.entrypoint.gpu_dashboards --vllm URL --control URL --model m --out FILE
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def check(vllm: str, control: str, model: str, workdir: Path) -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.gpu.dashboards_h200", description=__doc__
+        prog="python -m tests.entrypoint.gpu_dashboards", description=__doc__
     )
     parser.add_argument("--vllm", default="http://127.0.0.1:8000", help="vLLM's OpenAI server")
     parser.add_argument("--control", default="http://127.0.0.1:8001", help="control endpoint")

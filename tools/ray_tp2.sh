@@ -1,39 +1,29 @@
 #!/bin/bash
 # Scale-out on a real GPU host: `python -m entrypoint` with SPARKSERVE_ROLE=head
-# starts `ray start --head`, waits for the GPUs, plans, and launches the real CUDA vLLM
-# 0.24.0 with `--distributed-executor-backend ray --tensor-parallel-size $TP` on a
+# starts `ray start --head`, waits for the GPUs, plans, and launches the installed CUDA
+# vLLM with `--distributed-executor-backend ray --tensor-parallel-size $TP` on a
 # dummy-weight Llama-8B-shaped model; then one chat request, Ray's status, and a stop.
 #
-# Where: a host with two H200 GPUs (TP 2: two Ray GPU workers). On a one-GPU host it
-# runs with TP 1 (still vLLM's Ray executor, one worker). NVLink multicast stays off
+# Where: a host with two H200s (SPARKSERVE_HARDWARE=h200 below; TP 2: two Ray GPU
+# workers); on a one-GPU host it runs with TP 1 (still vLLM's Ray executor, one
+# worker). NVLink multicast stays off
 # (NCCL_NVLS_ENABLE=0 and the two below): the three variables are exported for the
 # entrypoint, so Ray (its raylet and workers) and vLLM inherit them.
 #
-# What it needs in the checkout on the host (ignored by git, never committed):
-#   .gpu/p_part00 … p_part07   part00 … part07: tar of vLLM 0.24.0 + the wheels the host
-#                              lacks (built as tools/gpu/build_bundle.sh does), split -b 58m
-#   .gpu/p_part08, p_part09    ray_part00, ray_part01: tar of ray-2.60.0-cp312 (manylinux2014),
-#                              split -b 58m. Ray's own needs (click, filelock, jsonschema,
-#                              msgpack, packaging, protobuf, pyyaml, requests) are on the
-#                              host or in the vLLM set.
-# The entrypoint itself runs from the checkout (PYTHONPATH=repo root); its runtime deps
-# are on the host (psutil, nvidia-ml-py, prometheus-client, httpx) or in the set.
+# Needs vLLM and Ray installed (on a host without network: tools/offline_bundle.sh DIR
+# --extra ray==2.60.0 elsewhere, then DIR/install.sh there) and this checkout; the
+# entrypoint runs from it (PYTHONPATH = the checkout's root).
 #
-# Steps, from the checkout's root, with OUT_DIR set to the folder for the results:
-#   bash tools/gpu/ray_tp2.sh stage      # copies .gpu/p_part*/* to PARTS_DIR (/root/parts);
-#                                        # run again whenever new part folders arrive
-#   timeout 590 bash tools/gpu/ray_tp2.sh run
+# From the checkout's root, with OUT_DIR set to the folder for the results:
+#   timeout 590 bash tools/ray_tp2.sh run
 # `restart` instead of `run` starts it twice (cold, then warm caches; files under
 # OUT_DIR/cold and OUT_DIR/warm, one line each in OUT_DIR/summary.txt).
 # Files under OUT_DIR: summary.txt (the lines that matter), entrypoint.log (the whole
 # output: [sparkserve], [ray] and [vllm] lines), ray_status.txt, chat.json, metrics.txt,
-# install.log, ray_logs.tgz (Ray's session logs: raylet, GCS, the vLLM workers).
+# ray_logs.tgz (Ray's session logs: raylet, GCS, the vLLM workers).
 set -u
 : "${OUT_DIR:?set OUT_DIR to the folder for the results}"
-root=$(cd "$(dirname "$0")/../.." && pwd)
-parts=${PARTS_DIR:-/root/parts}
-VLLM_TAR_SHA=51b4a5ca62f838fd4cd9238177a26384b05835290035d1f68ec759d4efc16d4a
-RAY_TAR_SHA=1d7bf6096006fefdf0225137b74f2ca769c16ad4077f41151f16e83519393029
+root=$(cd "$(dirname "$0")/.." && pwd)
 DEADLINE_S=${DEADLINE_S:-420}   # launch → /ready; `run` ends inside 600 s of its start
 summary=$OUT_DIR/summary.txt
 
@@ -44,41 +34,13 @@ say() { echo "$*" | tee -a "$summary"; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VLLM_RAY_EXTRA_ENV_VARS_TO_COPY=TORCH_SYMM_MEM_DISABLE_MULTICAST,NVSHMEM_DISABLE_NVLS,VLLM_USE_FLASHINFER_SAMPLER
 
-stage() {
-    # Copy the part folders present to $parts; the first time, describe the host.
-    mkdir -p "$parts"
-    if [ -z "$(ls -A "$parts")" ]; then
-        nvidia-smi -L
-        python3 -c 'import sys, torch; print(sys.executable, "torch", torch.__version__, "GPUs", torch.cuda.device_count())'
-        python3 -c 'import ray' 2>/dev/null && echo "ray: already installed" || echo "ray: not installed"
-        df -h /root /tmp | tail -n +2
-    fi
-    for f in "$root"/.gpu/p_part*/*; do [ -f "$f" ] && cp "$f" "$parts/"; done
-    ls -la "$parts"
-}
-
 install() {
     if python3 -c 'import vllm, ray' 2>/dev/null; then
-        say "vLLM and Ray already installed"
+        python3 -c 'import vllm, ray; print("vllm", vllm.__version__, "ray", ray.__version__)' | tee -a "$summary"
         return 0
     fi
-    local missing=""
-    for p in part00 part01 part02 part03 part04 part05 part06 part07 ray_part00 ray_part01; do
-        [ -f "$parts/$p" ] || missing="$missing $p"
-    done
-    if [ -n "$missing" ]; then
-        say "MISSING PARTS:$missing (copy their folders to the checkout and stage again)"
-        return 2
-    fi
-    say "vllm tar sha256 $(cat "$parts"/part0[0-7] | sha256sum | cut -c1-16) (want ${VLLM_TAR_SHA:0:16})"
-    say "ray tar sha256 $(cat "$parts"/ray_part0[01] | sha256sum | cut -c1-16) (want ${RAY_TAR_SHA:0:16})"
-    mkdir -p /tmp/whl
-    cat "$parts"/part0[0-7] | tar xf - -C /tmp/whl || return 2
-    cat "$parts"/ray_part0[01] | tar xf - -C /tmp/whl || return 2
-    python3 -m pip install --no-index --no-deps --no-compile --no-cache-dir /tmp/whl/*.whl \
-        > "$OUT_DIR/install.log" 2>&1 || { tail -20 "$OUT_DIR/install.log"; return 2; }
-    python3 -c 'import vllm, ray; print("vllm", vllm.__version__, "ray", ray.__version__)' | tee -a "$summary"
-    say "ray executable: $(ls "$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/ray")"
+    say "vLLM or Ray is not installed (tools/offline_bundle.sh DIR --extra ray==2.60.0, then DIR/install.sh)"
+    return 2
 }
 
 # The head's settings (tests/entrypoint/test_gpu_ray_script.py checks them against the
@@ -107,7 +69,7 @@ ray_status() {
 }
 
 run() {
-    stage > /dev/null
+    mkdir -p "$OUT_DIR"
     say "=== ray_tp2 $(date -u +%FT%TZ) on $(nvidia-smi -L | wc -l) GPU(s)"
     nvidia-smi -L | tee -a "$summary"
     install || exit 2
@@ -115,7 +77,7 @@ run() {
     local gpus
     gpus=$(nvidia-smi -L | wc -l)
     TP=${TP:-$((gpus >= 2 ? 2 : 1))}
-    python3 -m tools.gpu.make_models /tmp/gpumodels > /dev/null
+    python3 -m entrypoint.gpu_check.models llama-3.1-8b /tmp/gpumodels/dense > /dev/null
     # The cluster link: the interface of the default route (both GPUs are on this host,
     # so NCCL only bootstraps over it; the setting's path to Ray and vLLM is what is shown).
     local iface
@@ -191,9 +153,8 @@ restart() {
 }
 
 case "${1:-}" in
-    stage) stage ;;
     run) run ;;
     restart) restart ;;
-    install) mkdir -p "$OUT_DIR"; stage > /dev/null; install ;;  # for tools/gpu/two_nodes.sh
-    *) echo "usage: $0 stage|run|restart|install (see the header)" >&2; exit 2 ;;
+    install) mkdir -p "$OUT_DIR"; install ;;  # vLLM and Ray there? (tools/two_nodes.sh)
+    *) echo "usage: $0 run|restart|install (see the header)" >&2; exit 2 ;;
 esac

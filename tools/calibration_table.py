@@ -1,7 +1,7 @@
 """Planned vs observed, per term, for the recorded H200 runs (docs/gpu-calibration.md).
 
-python -m tools.gpu.calibration_table            # print the Markdown table
-python -m tools.gpu.calibration_table --write    # rewrite it in the doc
+python -m tools.calibration_table            # print the Markdown table
+python -m tools.calibration_table --write    # rewrite it in the doc
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from budget.kv import KVCapacity, kv_capacity
 from budget.options import PlanOptions
 from budget.plan import Plan
 from budget.planner import build_plan
+from entrypoint.gpu_check.models import write_profile_model
 from entrypoint.logscan import LogWatcher, Observed
-from tools.gpu.make_models import write_models
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "budget" / "fixtures" / "gpu_h200"
 DOC = ROOT / "docs" / "gpu-calibration.md"
 GiB = 1024**3
@@ -31,7 +31,15 @@ ARTICLE_SETTINGS: dict[str, Any] = {
     "max_num_batched_tokens": 2048,
     "vllm_version": "0.24.0",
 }
-# tag → (model, plan options); the runs of tools/gpu/calibrate.sh, one factor at a time.
+# The runs' models: name → (budget profile, decoder layers or None for all). The hybrid
+# keeps 24 of Qwen3-Next-80B's 48 layers (18 GDN + 6 full): 80 GB in bf16, so one H200
+# holds it with room for KV.
+MODELS: dict[str, tuple[str, int | None]] = {
+    "dense": ("llama-3.1-8b", None),
+    "moe": ("qwen3-30b-a3b", None),
+    "hybrid": ("qwen3-next-80b-a3b", 24),
+}
+# tag → (model, plan options): one factor at a time (docs/gpu-calibration.md, "Runs").
 RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     "dense_seeds": ("dense", {"cudagraph_mode": FDO, "cudagraph_capture_sizes": (1, 2, 3, 4)}),
     "dense_chunk8192": (
@@ -110,7 +118,10 @@ def planned_capacity(run: Run) -> KVCapacity:
 
 def load_runs() -> list[Run]:
     with tempfile.TemporaryDirectory() as tmp:
-        models = {p.name: p for p in write_models(Path(tmp))}
+        models = {
+            name: write_profile_model(profile, Path(tmp) / name, layers)
+            for name, (profile, layers) in MODELS.items()
+        }
         runs = []
         for tag, (model, extra) in RUNS.items():
             options = {**ARTICLE_SETTINGS, **extra}

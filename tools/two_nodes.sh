@@ -11,27 +11,27 @@
 #   probe                          tools.link_probe across the veth (nccl with GPUs, else gloo)
 #   cpu-join                       CPU: Ray's head in one node, the entrypoint's worker role in
 #                                  the other; the join, then the head killed → the worker exits
-#   gpu-install                    GPU host: vLLM + Ray wheels (tools/gpu/ray_tp2.sh stage
-#                                  first), the dense test model
+#   gpu-install                    GPU host: vLLM and Ray installed? (tools/ray_tp2.sh install),
+#                                  the dense test model
 #   gpu-run tp2|pp2                GPU host (two H200s): entrypoint head + worker with
 #                                  the TP 2 or PP 2 plan and the measured link; one request,
 #                                  first_request timings; tp2 then kills the worker, pp2 the head
 #   gpu-all                        setup, probe, gpu-run tp2, gpu-run pp2, teardown
 #
-# Every log goes under OUT_DIR (default $STATE/out). No `ip` on the machine (the H200 image):
-# the script unpacks Debian bookworm's iproute2 and its libraries from .carry/iproute2/*.deb
-# (tools/gpu/fetch_iproute2.sh fills it; copy .carry/ to the host with the checkout) and
-# runs that `ip` with LD_LIBRARY_PATH set for it alone (TWO_NODES_CARRIED_IP=1: that one even where
-# an `ip` exists). NVLink multicast stays off (NCCL_NVLS_ENABLE=0) in every
+# Every log goes under OUT_DIR (default $STATE/out). No `ip` on the machine (some GPU
+# images have none): the script unpacks Debian bookworm's iproute2 and its libraries from
+# the .deb files in TWO_NODES_IPROUTE2_DEBS (default run/iproute2 of this checkout;
+# tools/fetch_iproute2.sh fills it, copy it along) into its state dir, never into /, and
+# runs that `ip` with LD_LIBRARY_PATH set for it alone (TWO_NODES_UNPACKED_IP=1: that one
+# even where an `ip` exists). NVLink multicast stays off (NCCL_NVLS_ENABLE=0) in every
 # environment started here: the variables are exported before any node starts, and vLLM
 # copies them to its Ray workers (VLLM_RAY_EXTRA_ENV_VARS_TO_COPY).
 #
-# On a host with two H200s, from the checkout's root (.gpu/p_part* and staging as in
-# tools/gpu/ray_tp2.sh's header):
-#   bash tools/gpu/ray_tp2.sh stage
-#   timeout 590 bash tools/gpu/two_nodes.sh gpu-all
+# On a host with two GPUs and vLLM and Ray installed (tools/ray_tp2.sh's header), from
+# the checkout's root:
+#   timeout 590 bash tools/two_nodes.sh gpu-all
 set -u
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
 NAME=${TWO_NODES_NAME:-ss2n}          # prefix of the state dir and the veth's temporary names
 STATE=${TWO_NODES_STATE:-/tmp/$NAME}
 NET=${TWO_NODES_NET:-10.77.0}         # /24: head .1, worker .2
@@ -43,6 +43,7 @@ OUT_DIR=${OUT_DIR:-$STATE/out}
 HEAD_IP=$NET.1
 WORKER_IP=$NET.2
 DEADLINE_S=${DEADLINE_S:-420}
+DEBS=${TWO_NODES_IPROUTE2_DEBS:-$root/run/iproute2}
 
 export PATH="$(dirname "$(command -v "$PY")"):$PATH" PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
@@ -56,17 +57,17 @@ say() { mkdir -p "$OUT_DIR"; echo "$*" | tee -a "$OUT_DIR/summary.txt"; }
 die() { echo "two_nodes: $*" >&2; exit 2; }
 
 ip_() {
-    if [ -z "${TWO_NODES_CARRIED_IP:-}" ] && command -v ip > /dev/null; then ip "$@"; return; fi
-    local carried=$STATE/iproute2
-    if [ ! -x "$carried/bin/ip" ]; then
-        ls "$root"/.carry/iproute2/*.deb > /dev/null 2>&1 \
-            || die "no ip here and no .carry/iproute2/*.deb (tools/gpu/fetch_iproute2.sh)"
-        mkdir -p "$carried"
-        for deb in "$root"/.carry/iproute2/*.deb; do dpkg -x "$deb" "$carried"; done
-        [ -x "$carried/bin/ip" ] || { mkdir -p "$carried/bin" \
-            && ln -s "$(find "$carried" -name ip -path '*sbin/ip' | head -1)" "$carried/bin/ip"; }
+    if [ -z "${TWO_NODES_UNPACKED_IP:-}" ] && command -v ip > /dev/null; then ip "$@"; return; fi
+    local unpacked=$STATE/iproute2
+    if [ ! -x "$unpacked/bin/ip" ]; then
+        ls "$DEBS"/*.deb > /dev/null 2>&1 \
+            || die "no ip here and no $DEBS/*.deb (tools/fetch_iproute2.sh $DEBS fills it)"
+        mkdir -p "$unpacked"
+        for deb in "$DEBS"/*.deb; do dpkg -x "$deb" "$unpacked"; done
+        [ -x "$unpacked/bin/ip" ] || { mkdir -p "$unpacked/bin" \
+            && ln -s "$(find "$unpacked" -name ip -path '*sbin/ip' | head -1)" "$unpacked/bin/ip"; }
     fi
-    LD_LIBRARY_PATH=$carried/usr/lib/x86_64-linux-gnu:$carried/lib/x86_64-linux-gnu "$carried/bin/ip" "$@"
+    LD_LIBRARY_PATH=$unpacked/usr/lib/x86_64-linux-gnu:$unpacked/lib/x86_64-linux-gnu "$unpacked/bin/ip" "$@"
 }
 
 holder() { cat "$STATE/$1/pid" 2>/dev/null; }
@@ -263,8 +264,8 @@ cpu_join() {
 }
 
 gpu_install() {
-    bash "$root/tools/gpu/ray_tp2.sh" install || return 2
-    "$PY" -m tools.gpu.make_models /tmp/gpumodels > /dev/null
+    bash "$root/tools/ray_tp2.sh" install || return 2
+    "$PY" -m entrypoint.gpu_check.models llama-3.1-8b /tmp/gpumodels/dense > /dev/null
 }
 
 head_env() {  # head_env TP PP: the entrypoint's head role, that plan, the measured link → $henv
@@ -312,7 +313,7 @@ print(json.dumps(plan_dict(build_plan(load_config(os.environ).plan, read_weights
     grep -E "KV cache|Maximum concurrency|NET/Socket|refus|not supported|NotImplemented" \
         "$OUT_DIR/$tag.head.log" | head -12 | cut -c1-300 | sed "s/^/$tag: /" | tee -a "$OUT_DIR/summary.txt"
     if [ $ready = 1 ]; then
-        in_node head "$PY" -m tools.gpu.first_request --label "$tag" --steady 3 \
+        in_node head "$PY" -m entrypoint.gpu_check.first_request --label "$tag" --steady 3 \
             --json "$OUT_DIR/$tag.first.json" > "$OUT_DIR/$tag.first.txt" 2>&1
         sed "s/^/$tag: /" "$OUT_DIR/$tag.first.txt" | tail -8 | tee -a "$OUT_DIR/summary.txt"
     fi

@@ -2,7 +2,7 @@
 
 `coverage` predicts it from the capture sizes and mode vLLM logged at start;
 `graph_hits` sets that prediction beside what vLLM reported it ran
-(bench/graph_stats.py, `--cudagraph-metrics`).
+(entrypoint/graph_stats.py, `--cudagraph-metrics`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from bench.graph_stats import GraphStats
 from budget.graphs import decode_dispatch, seeds_capture_sizes
+from entrypoint.graph_stats import GraphStats
 
 # vLLM logs its config at start: `… compilation_config={…"cudagraph_capture_sizes": [1, 2, …]…}`
 _SIZES_RE = re.compile(r"""['"]cudagraph_capture_sizes['"]\s*:\s*\[([\d,\s]*)\]""")

