@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from budget.errors import BudgetError
 from budget.graphs import decode_dispatch
 from budget.plan import Plan, min_kv_bytes, plan_for
 from budget.profiles import GiB, ModelProfile, hardware_names, load_hardware
@@ -125,7 +126,7 @@ def _scale_out(profile: ModelProfile, s: Settings) -> list[str]:
     fitting = [
         name
         for name in _hardware_profiles()
-        if name != s.hardware.name and _replan(profile, _on_hardware(s, name)).fits
+        if name != s.hardware.name and _fits(profile, _on_hardware(s, name))
     ]
     if fitting:
         others = f" (also: {', '.join(fitting[1:])})" if len(fitting) > 1 else ""
@@ -140,15 +141,23 @@ def _on_hardware(s: Settings, name: str) -> Settings:
     return replace(s, hardware=hw, nodes=nodes, tp=ranks // s.pp if nodes > 1 else s.tp)
 
 
+def _fits(profile: ModelProfile, s: Settings) -> bool:
+    """Whether the plan fits; False where vLLM cannot split the model so (budget/kv_tp.py)."""
+    try:
+        return _replan(profile, s).fits
+    except BudgetError:
+        return False
+
+
 def _more_gpus(profile: ModelProfile, s: Settings) -> str | None:
     if s.nodes > 1 or s.hardware.uma:
         for nodes in (2, 4, 8):
             ranks = nodes * s.hardware.gpus
-            if nodes > s.nodes and _replan(profile, replace(s, nodes=nodes, tp=ranks, pp=1)).fits:
+            if nodes > s.nodes and _fits(profile, replace(s, nodes=nodes, tp=ranks, pp=1)):
                 return f"--nodes {nodes}: fits on {nodes} × {s.hardware.name} (TP {ranks}, Ray)"
         return None
     for tp in (2, 4, 8):
-        if tp > s.tp and _replan(profile, replace(s, tp=tp)).fits:
+        if tp > s.tp and _fits(profile, replace(s, tp=tp)):
             return f"--tp {tp}: fits on {tp} × {s.hardware.name} (per-rank memory)"
     return None
 
