@@ -8,7 +8,7 @@ cluster is complete; a Ray worker only joins: see roles.py).
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from budget.plan import Plan
@@ -18,6 +18,7 @@ from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
 from entrypoint.control import ControlServer
 from entrypoint.errors import EXIT_DOES_NOT_FIT, PreflightError
+from entrypoint.flag_cache import FlagCache, argv_key, installed_build
 from entrypoint.gateway_mode import EMBEDDED, check_embedded, check_key_in_config_file
 from entrypoint.hardware import Machine, detect
 from entrypoint.logscan import LogWatcher
@@ -32,7 +33,7 @@ from entrypoint.roles import check_role, expected_cluster, for_head, run_head, r
 from entrypoint.signals import SignalFlag, StopRequested
 from entrypoint.state import Lifecycle
 from entrypoint.supervisor import Context, Supervisor
-from entrypoint.vllm_flags import check_flags, known_flags, vllm_parser
+from entrypoint.vllm_flags import check_flag_names, check_flags, known_flags, vllm_parser
 from entrypoint.vllm_version import PlannedVersion, installed_vllm_version, planned_version
 from entrypoint.watchdog import floor_bytes, watchdog_line
 
@@ -120,11 +121,39 @@ def preflight(config: EntrypointConfig, console: Console) -> tuple[Prepared, str
     if config.gateway == EMBEDDED:
         check_embedded(config)
         console.say("embedded gateway: GATEWAY_* settings ok (docs/gateway.md)")
-    parser, version = vllm_parser()
-    prepared = with_gdn_backend(prepared, known_flags(parser), console)
+    return checked_flags(config, prepared, console, os.environ)
+
+
+def checked_flags(
+    config: EntrypointConfig, prepared: Prepared, console: Console, environ: Mapping[str, str]
+) -> tuple[Prepared, str]:
+    """vLLM's own flag check, its verdict read from the cache when vLLM and the
+    arguments are those it accepted before (entrypoint/flag_cache.py)."""
+    build = installed_build() if config.cache_dir is not None else None
+    cache = FlagCache(config.cache_dir, build) if config.cache_dir and build else None
+    cached = cache.load() if cache else None
+    parsed = None
+    if cached is None:
+        parsed = vllm_parser()
+        known: Collection[str] = known_flags(parsed[0])
+    else:
+        known = cached.known
+    prepared = with_gdn_backend(prepared, known, console)
     launch = prepared.launch
+    key = argv_key((*launch.planned_args, *launch.extra_args), {**environ, **launch.env})
+    if cache and cached and key in cached.accepted:
+        console.say(
+            f"pre-flight ok: vLLM {cached.version} accepted these flags before "
+            f"(verdict read from {cache.path})"
+        )
+        return prepared, cached.version
+    if cached:  # an unknown flag is refused from the cached list, without vLLM
+        check_flag_names(launch.planned_args, launch.extra_args, known, cached.version)
+    parser, version = parsed or vllm_parser()
     check_flags(launch.planned_args, launch.extra_args, (parser, version))
     console.say(f"pre-flight ok: vLLM {version} knows every flag")
+    if cache and (problem := cache.store(version, known_flags(parser), key)):
+        console.say(f"warning: the flag check's verdict is not cached: {problem}")
     return prepared, version
 
 

@@ -1,6 +1,7 @@
 """Check the generated argv against the installed vLLM's own parser (pre-flight).
 
-Importing vLLM takes ~10 s, so this runs once, before launch, never in --dry-run.
+Importing vLLM takes ~10 s, so this runs once, before launch, never in --dry-run, and its
+verdict is cached per vLLM build and arguments (entrypoint/flag_cache.py).
 The parser lives in `vllm.entrypoints.launchers.cli_args` (0.32) and was
 `vllm.entrypoints.openai.cli_args` before; both are tried.
 """
@@ -11,7 +12,7 @@ import argparse
 import contextlib
 import importlib
 import io
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from entrypoint.errors import PreflightError
 
@@ -45,7 +46,7 @@ def flag_name(word: str) -> str | None:
     return name[:2] + name[2:].replace("_", "-") if name.startswith("--") else name
 
 
-def unknown_flags(args: Sequence[str], known: set[str]) -> list[str]:
+def unknown_flags(args: Sequence[str], known: Collection[str]) -> list[str]:
     return [name for word in args if (name := flag_name(word)) and name not in known]
 
 
@@ -61,6 +62,18 @@ def parse_error(parser: argparse.ArgumentParser, args: Sequence[str]) -> str | N
     return None
 
 
+def check_flag_names(
+    planned: Sequence[str], extra: Sequence[str], known: Collection[str], version: str
+) -> None:
+    """Raise PreflightError naming the first flag not in `known` (the parser's flags)."""
+    for args, source in (
+        (planned, "generated from the plan"),
+        (extra, "from SPARKSERVE_VLLM_EXTRA_ARGS"),
+    ):
+        if bad := unknown_flags(args, known):
+            raise PreflightError(f"vLLM {version} does not know {bad[0]} ({source})")
+
+
 def check_flags(
     planned: Sequence[str],
     extra: Sequence[str],
@@ -68,13 +81,7 @@ def check_flags(
 ) -> str:
     """Raise PreflightError naming the first flag vLLM does not know; return vLLM's version."""
     parser, version = parser_and_version or vllm_parser()
-    known = known_flags(parser)
-    for args, source in (
-        (planned, "generated from the plan"),
-        (extra, "from SPARKSERVE_VLLM_EXTRA_ARGS"),
-    ):
-        if bad := unknown_flags(args, known):
-            raise PreflightError(f"vLLM {version} does not know {bad[0]} ({source})")
+    check_flag_names(planned, extra, known_flags(parser), version)
     if error := parse_error(parser, [*planned, *extra]):
         raise PreflightError(f"vLLM {version} rejects the arguments: {error}")
     return version
