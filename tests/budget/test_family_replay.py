@@ -36,6 +36,9 @@ PADDING_LINE = re.compile(
 CPU_REFUSAL = "is_act_and_mul=False is supported only for CUDA, XPU and ROCm for now"
 # kv_cache_utils.py `unify_hybrid_kv_cache_specs` warns when it promotes sliding layers.
 MANAGER_OFF_LINE = "Hybrid KV cache manager is disabled for this hybrid model"
+# platforms/cpu.py: on a CPU with AVX512-BF16 vLLM keeps the mamba SSM state in float32
+# and says so; the planner is told which CPU recorded the log, not this one's.
+FP32_SSM_LINE = "Reset SSM cache type to float32"
 # kv_cache_utils.py `resolve_kv_cache_block_sizes`: each group's block, with more than one.
 GROUP_SIZES_LINE = re.compile(r"kv cache group sizes \(([\d, ]+)\)")
 
@@ -75,6 +78,7 @@ def planner_args(path: Path, tmp_path: Path, config: dict[str, object] | None = 
         "--max-num-seqs", str(args["max_num_seqs"]),
         "--max-num-batched-tokens", str(args["max_num_batched_tokens"]),
         "--prefix-caching", "on" if args["prefix_caching"] else "off",
+        "--cpu-avx512-bf16", "yes" if FP32_SSM_LINE in path.read_text() else "no",
     ]  # fmt: skip
     if args["disable_hybrid_kv_cache_manager"]:
         flags += ["--hybrid-kv-cache-manager", "off"]
