@@ -18,11 +18,23 @@ from budget.profiles import GiB
 @settings(max_examples=25, deadline=None)
 @given(mem=st.floats(min_value=20, max_value=200), extra=st.floats(min_value=0.5, max_value=50))
 def test_more_memory_never_fewer_tokens(mem: float, extra: float) -> None:
-    small = build_plan(PlanOptions(model="qwen3-30b-a3b", memory_gib=mem, max_model_len=32768))
-    big = build_plan(
-        PlanOptions(model="qwen3-30b-a3b", memory_gib=mem + extra, max_model_len=32768)
-    )
+    """At the same scheduler settings; vLLM's own defaults step up with memory (below)."""
+    fixed = {"max_model_len": 32768, "max_num_seqs": 256, "max_num_batched_tokens": 2048}
+    small = build_plan(PlanOptions(model="qwen3-30b-a3b", memory_gib=mem, **fixed))
+    big = build_plan(PlanOptions(model="qwen3-30b-a3b", memory_gib=mem + extra, **fixed))
     assert big.kv_cache_tokens >= small.kv_cache_tokens
+
+
+def test_vllms_batch_defaults_step_up_at_70_and_160_gib() -> None:
+    """arg_utils.py `get_batch_defaults`: a larger chunk and more sequences from 70 GiB
+    and 160 GiB of device memory, so the activation peak grows and the pool can shrink."""
+    chosen = {}
+    for mem in (69.75, 70.0, 159.75, 160.0):
+        plan = build_plan(PlanOptions(model="qwen3-30b-a3b", memory_gib=mem, max_model_len=32768))
+        chosen[mem] = (plan.settings.max_num_batched_tokens, plan.settings.max_num_seqs)
+    assert chosen == {
+        69.75: (2048, 256), 70.0: (8192, 1024), 159.75: (8192, 1024), 160.0: (16384, 1024)
+    }  # fmt: skip
 
 
 @settings(max_examples=20, deadline=None)
