@@ -15,7 +15,7 @@ from bench.errors import BenchError
 from bench.options import add_common, parse_workloads
 from bench.rundir import RunDir
 from bench.scale import get_scale
-from entrypoint.interrupt import run_interruptible
+from devtools.interrupt import run_interruptible
 
 EXIT_OK = 0
 EXIT_REQUEST_ERRORS = 1
