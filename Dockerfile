@@ -31,15 +31,14 @@ FROM ${VLLM_IMAGE_ARM64} AS vllm-base-arm64
 
 # --- source: the project's files, copied once, shared by both images (owned by root, so
 # the run-time user cannot rewrite its own code) -----------------------------------------
+# Only the product, the packages the wheel holds (pyproject.toml): bench/, reliability/,
+# devtools/, tools/ and tests/ run from a checkout and stay out of both images.
 FROM scratch AS source
 WORKDIR /opt/sparkserve
 COPY pyproject.toml ./
 COPY budget ./budget
 COPY entrypoint ./entrypoint
 COPY gateway ./gateway
-# pyproject lists these packages too: setuptools needs their folders to install.
-COPY bench ./bench
-COPY reliability ./reliability
 COPY draftvocab ./draftvocab
 
 # --- gateway: small image, no GPU libraries ---------------------------------------------

@@ -43,9 +43,9 @@ test-fast: $(VENV)/.test-stamp ## Run the tests that do not start vLLM or contai
 
 lint: $(VENV)/.test-stamp ## ruff
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check budget entrypoint gateway bench reliability tests tools draftvocab
+	$(PY) -m ruff format --check budget entrypoint gateway bench reliability tests tools draftvocab devtools
 
-typecheck: $(VENV)/.test-stamp ## mypy (strict) on budget/, entrypoint/, gateway/, bench/, reliability/
+typecheck: $(VENV)/.test-stamp ## mypy (strict) on budget/, entrypoint/, gateway/, draftvocab/, bench/, reliability/, devtools/
 	$(PY) -m mypy
 
 check: lint typecheck test ## lint + typecheck + all tests
@@ -54,7 +54,7 @@ docs: $(VENV)/.base-stamp ## Regenerate the README and docs/budget.md blocks mad
 	$(PY) -m tools.readme_blocks --write
 
 tiny-model: $(VENV)/.test-stamp ## Write the tiny test model to run/tiny-model (KIND=dense|gqa|moe|hybrid|hybrid-mtp|gpt-oss|gemma3|nemotron-h|nemotron-3|granite-4-h|falcon-h1)
-	$(PY) -m entrypoint.tiny_model run/tiny-model --kind $(or $(KIND),dense)
+	$(PY) -m devtools.tiny_model run/tiny-model --kind $(or $(KIND),dense)
 
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis run
@@ -103,7 +103,7 @@ up: .env ## docker compose up: vLLM (entrypoint), gateway, Prometheus, Grafana (
 	$(call SERVICE_ENVS,.env) $(COMPOSE) --profile grafana up -d --build
 
 $(CPU_MODEL_DIR)/config.json: | $(VENV)/.base-stamp
-	$(PY) -m entrypoint.tiny_model $(CPU_MODEL_DIR) --kind dense
+	$(PY) -m devtools.tiny_model $(CPU_MODEL_DIR) --kind dense
 
 $(CPU_ENV): | $(CPU_MODEL_DIR)/config.json
 	$(PY) -m budget plan --model $(CPU_MODEL_DIR) --device cpu $(CPU_PLAN_ARGS) --format env > $@ \

@@ -12,21 +12,14 @@ from typing import Any
 
 from bench.conditions import parse_overrides, split_args
 from bench.errors import BenchError
+from bench.options import add_common, parse_workloads
 from bench.rundir import RunDir
-from bench.scale import SCALES, get_scale
-from entrypoint.interrupt import run_interruptible
+from bench.scale import get_scale
+from devtools.interrupt import run_interruptible
 
 EXIT_OK = 0
 EXIT_REQUEST_ERRORS = 1
 EXIT_BAD_INPUT = 2
-
-
-def parse_workloads(text: str) -> tuple[str, ...]:
-    from bench.runner import DEFAULT_SUITE, check_workloads
-
-    if text == "all":
-        return DEFAULT_SUITE
-    return check_workloads([part.strip() for part in text.split(",") if part.strip()])
 
 
 def _load_plan(path: str | None) -> dict[str, Any] | None:
@@ -37,20 +30,6 @@ def _load_plan(path: str | None) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise BenchError(f"--plan {path}: {exc}") from None
     return data
-
-
-def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="served model name (default: the first of /v1/models)")
-    p.add_argument(
-        "--workload",
-        default="all",
-        help="comma list of short-chat, agent-loop, mixed, long-context, or all",
-    )
-    p.add_argument("--scale", default="tiny", choices=tuple(SCALES), help="workload sizes")
-    p.add_argument("--seed", type=int, default=0, help="seed of every generated prompt")
-    p.add_argument("--out", required=True, type=Path, help="run directory to write")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--no-plots", action="store_true", help="no PNG plots (no matplotlib needed)")
 
 
 def add_run(sub: Any) -> None:

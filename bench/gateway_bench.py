@@ -51,9 +51,9 @@ import aiohttp
 import httpx
 
 from bench.launcher import free_port, vllm_server_argv
-from entrypoint.interrupt import run_interruptible
+from devtools.interrupt import run_interruptible
+from devtools.tiny_model import write_tiny_model
 from entrypoint.priority import lower_priority
-from entrypoint.tiny_model import write_tiny_model
 
 CONCURRENCY = (1, 8, 32)
 BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded.py

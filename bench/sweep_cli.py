@@ -13,6 +13,7 @@ from typing import Any
 from bench.conditions import split_args
 from bench.errors import BenchError
 from bench.launcher import DEFAULT_LAUNCHER, LaunchedServer, LaunchSpec
+from bench.options import add_common, parse_workloads
 from bench.planinfo import plan_for
 from bench.rundir import RunDir
 from bench.scale import get_scale
@@ -41,8 +42,6 @@ def _values(text: str) -> list[int]:
 
 
 def add_sweep(sub: Any) -> None:
-    from bench.cli import add_common
-
     p = sub.add_parser("sweep", help="restart vLLM through the entrypoint for each setting")
     p.add_argument(
         "--param",
@@ -146,7 +145,6 @@ class SettingRunner:
     def __call__(
         self, stage: Stage, value: int, fixed: Mapping[str, int], out: Path
     ) -> dict[str, Any]:
-        from bench.cli import parse_workloads
         from bench.runner import RunOptions, run_benchmark
 
         env, no_stats = with_graph_stats(

@@ -34,7 +34,7 @@ SIGQUIT, SIGKILL).
 control endpoint (SPARKSERVE_CONTROL_PORT): /ready 200 only after warm-up; /metrics."""
 
 
-def _shown_default(option: Option) -> str:
+def shown_default(option: Option) -> str:
     if option.secret or option.default is None:
         return "unset"
     if isinstance(option.default, bool):
@@ -77,7 +77,7 @@ def add_option(parser: argparse.ArgumentParser, option: Option) -> None:
         default=None,
         nargs="?" if switch else None,
         const="on" if switch else None,
-        help=f"{option.help} [{option.env}] (default: {_shown_default(option)})",
+        help=f"{option.help} [{option.env}] (default: {shown_default(option)})",
     )
 
 

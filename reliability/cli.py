@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from entrypoint.interrupt import interrupt_on_sigterm
+from devtools.interrupt import interrupt_on_sigterm
 from reliability.docs import write_docs
 from reliability.report import all_passed, render_json, render_markdown, render_table
 from reliability.stack import ROOT

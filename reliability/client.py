@@ -14,7 +14,7 @@ import httpx
 from reliability.events import StreamTally
 from reliability.stack import SERVED_MODEL
 
-# Token ids of the tiny model's BPE vocabulary past its special tokens (entrypoint/tiny_model.py).
+# Token ids of the tiny model's BPE vocabulary past its special tokens (devtools/tiny_model.py).
 FIRST_PLAIN_TOKEN = 3
 LAST_PLAIN_TOKEN = 900
 STREAM_TIMEOUT_SECONDS = 120.0

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from entrypoint.interrupt import stop_every
+from devtools.interrupt import stop_every
 from reliability.procs import Proc, free_port, group_members, kill_groups
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from entrypoint.tiny_model import write_tiny_model
+from devtools.tiny_model import write_tiny_model
 from reliability import cases_faults, cases_hostile, cases_load, deps
 from reliability.context import Ctx
 from reliability.report import FAIL, PASS, SKIP, CaseResult, RunMeta

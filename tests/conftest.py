@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.tiny_model import TINY_SERVE_ARGS, write_tiny_model
+from devtools.tiny_model import TINY_SERVE_ARGS, write_tiny_model
 from tests.termination import pytest_configure  # noqa: F401  (SIGTERM tears down)
 from tests.vllm_proc import VLLMServer
 

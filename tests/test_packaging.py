@@ -1,5 +1,6 @@
-"""`pip install .` ships every command: each `--help` works from an installed wheel, away
-from the checkout (its `tools/` and tests are not importable there)."""
+"""`pip install .` ships the product and every command of it: each `--help` works from an
+installed wheel, away from the checkout; bench/, reliability/, devtools/, tools/ and the
+tests run from the checkout and are not in the wheel."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [
     ("budget", "plan", "--help"),
     ("entrypoint", "--help"),
+    ("entrypoint.gpu_check", "--help"),
     ("gateway", "--help"),
-    ("bench", "--help"),
-    ("reliability", "--help"),
     ("draftvocab", "--help"),
 ]
+PRODUCT = {"budget", "entrypoint", "gateway", "draftvocab"}
 
 
 def test_the_wheel_registers_the_vllm_plugin(installed: Path) -> None:
@@ -27,6 +28,18 @@ def test_the_wheel_registers_the_vllm_plugin(installed: Path) -> None:
     entry_points = (dist / "entry_points.txt").read_text()
     assert "[vllm.general_plugins]" in entry_points
     assert "sparkserve_draft_vocab = draftvocab.plugin:register" in entry_points
+
+
+def test_the_wheel_holds_the_product_packages_and_their_subpackages(installed: Path) -> None:
+    top = {p.name for p in installed.iterdir() if p.is_dir() and not p.name.endswith("-info")}
+    assert top == PRODUCT
+    assert _modules(ROOT) == _modules(installed), _modules(ROOT) ^ _modules(installed)
+    assert (installed / "budget" / "profiles" / "models").is_dir()
+
+
+def _modules(root: Path) -> set[Path]:
+    """Every module of the product under root (entrypoint/gpu_check/ too)."""
+    return {p.relative_to(root) for name in PRODUCT for p in (root / name).rglob("*.py")}
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """SIGTERM to a pytest run tears its session down (tests/termination.py, on
-entrypoint/interrupt.py): a child process a session fixture started is stopped, as the
+devtools/interrupt.py): a child process a session fixture started is stopped, as the
 shared vLLM is; the reliability CLI reports the interruption."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.interrupt import stop_every
+from devtools.interrupt import stop_every
 from tests.vllm_proc import VLLMServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]

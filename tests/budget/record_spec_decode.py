@@ -5,7 +5,7 @@ exit, when vLLM refuses), and write it under the header test_spec_decode_replay.
     flock /tmp/vllm-cpu.lock python -m tests.budget.record_spec_decode NAME \\
         --target gqa --draft-config '{...}' --speculative '{"method": "eagle3", ...}'
 
-The target is entrypoint/tiny_model.py's KIND; the drafter directory holds only the
+The target is devtools/tiny_model.py's KIND; the drafter directory holds only the
 given config.json (vLLM fills the weights: `--load-format dummy`).
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from entrypoint.tiny_model import KINDS, config_for, write_tiny_model
+from devtools.tiny_model import KINDS, config_for, write_tiny_model
 from tests.vllm_proc import KV_LINE_RE, STARTUP_TIMEOUT_S, VLLMServer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "spec_decode"

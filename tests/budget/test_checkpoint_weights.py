@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from budget.cli import main
-from entrypoint.tiny_model import config_for
+from devtools.tiny_model import config_for
 from tests.budget.checkpoints import tensor_bytes, write_awq_checkpoint, write_hf_checkpoint
 
 CPU = ["--device", "cpu", "--kv-cache-memory-bytes", "64M", "--max-model-len", "4096"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from budget.cli import main
-from entrypoint.tiny_model import config_for
+from devtools.tiny_model import config_for
 
 NATIVE = 4096
 CPU = ["--device", "cpu", "--kv-cache-memory-bytes", "256M", "--json"]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from budget.cli import main
-from entrypoint.tiny_model import config_for
+from devtools.tiny_model import config_for
 
 BASE: dict[str, Any] = {
     "hidden_size": 256,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.tiny_model import write_tiny_model
 from entrypoint.logscan import LogWatcher, Observed
-from entrypoint.tiny_model import write_tiny_model
 from tests.budget.record_kv_family import MAX_POSITION, vllm_args
 from tests.budget.record_spec_decode import start_up_log
 from tests.budget.test_family_replay import (

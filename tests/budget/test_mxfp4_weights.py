@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from budget.cli import main
-from entrypoint.tiny_model import config_for, write_tiny_model
+from devtools.tiny_model import config_for, write_tiny_model
 from tests.budget.checkpoints import tensor_bytes
 
 MXFP4_BLOCK = 32  # values per E8M0 scale

@@ -137,7 +137,7 @@ def test_impossible_settings_are_clear_errors(options: PlanOptions, message: str
 
 
 def test_model_dir_uses_vllm_defaults(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from entrypoint.tiny_model import write_tiny_model
+    from devtools.tiny_model import write_tiny_model
 
     model = write_tiny_model(tmp_path / "m", "hybrid-mtp")
     plan = build_plan(PlanOptions(model=str(model), hardware="h200"))

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from budget.cli import main
-from entrypoint.tiny_model import config_for, write_tiny_model
+from devtools.tiny_model import config_for, write_tiny_model
 
 POOL_BYTES = 256 * 2**20
 MAX_LEN = 4096

@@ -109,12 +109,38 @@ def test_every_container_runs_as_a_non_root_uid(stack: st.Stack) -> None:
         assert uid.strip().isdigit() and int(uid) != 0, (container["Service"], uid)
 
 
+SHIPPED_COMMANDS = ("budget plan", "entrypoint", "entrypoint.gpu_check", "gateway", "draftvocab")
+# The checkout's own packages that the images leave out (tests/integration/test_deploy.py
+# checks the Dockerfile and .dockerignore; this checks the built images).
+NOT_SHIPPED = ("bench", "reliability", "devtools", "tools", "tests")
+SOURCE_DIR = "/opt/sparkserve"
+
+
 @pytest.mark.parametrize("service", ["vllm", "gateway"])
 def test_every_shipped_command_answers_help_in_the_images(stack: st.Stack, service: str) -> None:
-    for command in ("budget plan", "entrypoint", "gateway", "bench", "reliability", "draftvocab"):
+    for command in SHIPPED_COMMANDS:
         argv = ["exec", "-T", "-w", "/", service, "python3", "-m", *command.split(), "--help"]
         result = st.compose(stack.env, *argv)
         assert result.returncode == 0 and "usage:" in result.stdout, (command, result.stderr)
+
+
+@pytest.mark.parametrize("service", ["vllm", "gateway"])
+def test_the_images_hold_no_development_package(stack: st.Stack, service: str) -> None:
+    """bench, reliability and devtools are not importable in the images (from / and from
+    the source directory), and the source directory holds none of the checkout's others."""
+    script = (
+        "import importlib.util, json, os, sys; "
+        f"names = {NOT_SHIPPED[:3]!r}; "
+        "found = {n: str(importlib.util.find_spec(n).origin) for n in names "
+        "if importlib.util.find_spec(n) is not None}; "
+        f"left = sorted(set(os.listdir({SOURCE_DIR!r})) & set({NOT_SHIPPED!r})); "
+        "print(json.dumps({'importable': found, 'copied': left}))"
+    )
+    for workdir in ("/", SOURCE_DIR):
+        argv = ["exec", "-T", "-w", workdir, service, "python3", "-c", script]
+        result = st.compose(stack.env, *argv)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == {"importable": {}, "copied": []}, (workdir, service)
 
 
 def test_the_model_is_mounted_read_only(stack: st.Stack) -> None:

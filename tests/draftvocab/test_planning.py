@@ -17,12 +17,12 @@ from safetensors.torch import save_file
 
 from budget.options import PlanOptions
 from budget.planner import build_plan
+from devtools.tiny_model import config_for, write_tiny_model
 from draftvocab import plugin
 from entrypoint.config import load_config
 from entrypoint.errors import PreflightError
 from entrypoint.planning import build_launch
 from entrypoint.preflight import check_draft_vocab
-from entrypoint.tiny_model import config_for, write_tiny_model
 
 CPU: dict[str, Any] = {
     "device": "cpu", "kv_cache_memory_bytes": 64 * 2**20, "max_model_len": 1024, "mtp": 2,

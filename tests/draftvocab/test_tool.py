@@ -14,9 +14,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from devtools.tiny_model import write_tiny_model
 from draftvocab import vocab
 from draftvocab.errors import DraftVocabError
-from entrypoint.tiny_model import write_tiny_model
 
 VOCAB, HIDDEN = 1024, 16
 

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
-from entrypoint.tiny_model import config_for, write_tiny_model
+from devtools.tiny_model import config_for, write_tiny_model
 
 SEED = 0
 OUTPUT_PROJECTIONS = ("out_proj.weight", "o_proj.weight", "down_proj.weight")

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-from entrypoint.tiny_model import config_for, write_tiny_model
+from devtools.tiny_model import config_for, write_tiny_model
 from tests.draftvocab.tiny_mtp import SEED, save_with_mtp
 
 

@@ -1,7 +1,7 @@
 """docs/entrypoint.md shows the real --help and settings table (a doc check)."""
 
-from entrypoint import docs
+from devtools import entrypoint_docs
 
 
 def test_docs_match_the_generated_blocks():
-    assert docs.main([]) == 0, "run: python -m entrypoint.docs --write"
+    assert entrypoint_docs.main([]) == 0, "run: python -m devtools.entrypoint_docs --write"

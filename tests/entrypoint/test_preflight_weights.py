@@ -16,11 +16,11 @@ from safetensors.torch import save_file
 from budget.options import PlanOptions
 from budget.plan import Plan
 from budget.planner import build_plan
+from devtools.tiny_model import write_tiny_model
 from entrypoint.config import load_config
 from entrypoint.errors import EXIT_BAD_CONFIG, PreflightError
 from entrypoint.planning import build_launch
 from entrypoint.preflight import check_weights
-from entrypoint.tiny_model import write_tiny_model
 
 CPU: dict[str, Any] = {"device": "cpu", "kv_cache_memory_bytes": 256 * 2**20, "max_model_len": 4096}
 

@@ -1,5 +1,5 @@
 """The prefix-stable layout rendered through chat templates: the tiny test model's
-(entrypoint/tiny_model.py) and a Qwen3-style one written here for the test (tools in the
+(devtools/tiny_model.py) and a Qwen3-style one written here for the test (tools in the
 system turn, tool results wrapped in `<tool_response>` inside one user turn, the last
 real user query looked up from the end, an error when there is none, the system turn
 only first).  For an agent loop whose system prompt carries a timestamp and a request
@@ -18,7 +18,7 @@ import pytest
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from entrypoint.tiny_model import CHAT_TEMPLATE as TINY_TEMPLATE
+from devtools.tiny_model import CHAT_TEMPLATE as TINY_TEMPLATE
 from gateway.layout import VolatileMatcher, rewrite_chat
 
 QWEN3_STYLE = """

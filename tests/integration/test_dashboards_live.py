@@ -19,9 +19,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.tiny_model import write_tiny_model
 from entrypoint.nvml import GpuReading
 from entrypoint.state import Lifecycle
-from entrypoint.tiny_model import write_tiny_model
 from tests.conftest import SHARED_SERVER_ARGS
 from tests.gateway.server import serve
 from tests.integration import traffic

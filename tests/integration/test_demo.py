@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from entrypoint.tiny_model import write_tiny_model
+from devtools.tiny_model import write_tiny_model
 from tests.integration.promtool import promtool
 from tools import demo
 

@@ -202,24 +202,39 @@ def test_multinode_compose_runs_head_and_worker_of_one_image_on_the_host_network
         assert (required, ":?") in found, f"{required} is required, with a message"
 
 
-def test_every_package_reaches_the_image() -> None:
-    """`pip install .` in the image needs every folder pyproject lists as a package: the
-    `source` stage copies them all, each image copies `source`, and .dockerignore's
-    allow-list lets exactly those and pyproject.toml through (`make test-docker` builds
-    the images)."""
+PRODUCT = {"budget", "entrypoint", "gateway", "draftvocab"}
+# The checkout's packages for development (benchmarks, reliability suite, test helpers).
+NOT_SHIPPED = {"bench", "reliability", "devtools", "tools", "tests"}
+
+
+def test_the_images_copy_the_product_and_nothing_else() -> None:
+    """`pip install .` in the image needs every package the wheel lists (pyproject.toml):
+    the `source` stage copies exactly those, each image copies `source`, and
+    .dockerignore's allow-list lets exactly those and pyproject.toml through; bench/,
+    reliability/, devtools/, tools/ and tests/ never reach an image, nor does any
+    instruction name them (`make test-docker` builds the images and checks them too)."""
     import tomllib
 
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "packages"
-    ]
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    included = {pattern.split(".")[0] for pattern in find["packages"]["find"]["include"]}
+    assert included == PRODUCT
     stages = {stage.name: stage for stage in dockerfile_stages(DOCKERFILE.read_text())}
-    source = stages["source"].instructions
+    copied = {
+        words[1]
+        for words in (i.split() for i in stages["source"].instructions)
+        if words[0] == "COPY"
+    }
+    assert copied == {*PRODUCT, "pyproject.toml"}
+    for package in PRODUCT:
+        assert f"COPY {package} ./{package}" in stages["source"].instructions, package
     _, allowed = dockerignore()
-    assert allowed == {*packages, "pyproject.toml"}
-    for package in packages:
-        assert f"COPY {package} ./{package}" in source, package
+    assert allowed == {*PRODUCT, "pyproject.toml"}
     for name in ("gateway", "vllm"):
         assert "COPY --from=source /opt/sparkserve ./" in stages[name].instructions, name
+    for stage in stages.values():
+        for instruction in stage.instructions:
+            named = set(re.findall(r"[A-Za-z_]+", instruction)) & NOT_SHIPPED
+            assert not named, f"{stage.name}: {instruction}"
 
 
 # --- the user each image runs as -------------------------------------------------------

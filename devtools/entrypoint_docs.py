@@ -1,7 +1,7 @@
 """The generated parts of docs/entrypoint.md: the settings table and the real --help.
 
-python -m entrypoint.docs --write   # regenerate the blocks in docs/entrypoint.md
-python -m entrypoint.docs --check   # exit 1 when the file has drifted (tests call this)
+python -m devtools.entrypoint_docs --write   # regenerate the blocks in docs/entrypoint.md
+python -m devtools.entrypoint_docs           # exit 1 when the file has drifted (tests call this)
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from entrypoint.cli import _shown_default, build_parser
+from entrypoint.cli import build_parser, shown_default
 from entrypoint.config import OPTIONS
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "entrypoint.md"
@@ -22,7 +22,7 @@ def settings_table() -> str:
     rows = ["| Variable | Flag | Default | Meaning |", "|---|---|---|---|"]
     for option in OPTIONS:
         text = option.help.replace("|", "\\|")
-        rows.append(f"| `{option.env}` | `{option.flag}` | {_shown_default(option)} | {text} |")
+        rows.append(f"| `{option.env}` | `{option.flag}` | {shown_default(option)} | {text} |")
     return "\n".join(rows)
 
 
@@ -40,7 +40,7 @@ def regenerate(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m entrypoint.docs")
+    parser = argparse.ArgumentParser(prog="python -m devtools.entrypoint_docs")
     parser.add_argument("--write", action="store_true", help="rewrite the generated blocks")
     args = parser.parse_args(argv)
     current = DOC_PATH.read_text()
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         DOC_PATH.write_text(fresh)
         return 0
     if fresh != current:
-        print(f"{DOC_PATH} is out of date: run python -m entrypoint.docs --write")
+        print(f"{DOC_PATH} is out of date: run python -m devtools.entrypoint_docs --write")
         return 1
     return 0
 
