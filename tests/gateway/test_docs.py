@@ -6,8 +6,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from gateway.metrics import GatewayMetrics
-from gateway.settings import GatewaySettings
+from gateway.core.metrics import GatewayMetrics
+from gateway.embedded.settings import EmbeddedSettings
+from gateway.standalone.settings import GatewaySettings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
 
@@ -16,7 +17,7 @@ def test_every_setting_is_documented() -> None:
     text = DOC.read_text()
     missing = [
         f"GATEWAY_{n.upper()}"
-        for n in GatewaySettings.model_fields
+        for n in GatewaySettings.model_fields | EmbeddedSettings.model_fields
         if f"`GATEWAY_{n.upper()}`" not in text
     ]
     assert missing == []
