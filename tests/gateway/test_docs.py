@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -29,3 +30,14 @@ def test_every_metric_is_documented() -> None:
     text = DOC.read_text()
     names = {m.name + ("_total" if m.type == "counter" else "") for m in registry.collect()}
     assert sorted(n for n in names if f"`{n}`" not in text) == []
+
+
+def test_every_gateway_path_the_docs_name_exists() -> None:
+    """The docs and the README name gateway files by path; each must be there."""
+    root = DOC.parents[1]
+    named = {
+        (page.name, match)
+        for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+        for match in re.findall(r"(?<![\w/])gateway/[\w/]+\.py", page.read_text())
+    }
+    assert named and sorted(n for n in named if not (root / n[1]).exists()) == []
