@@ -56,7 +56,7 @@ from devtools.tiny_model import write_tiny_model
 from entrypoint.priority import lower_priority
 
 CONCURRENCY = (1, 8, 32)
-BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded.py
+BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded/middleware.py
 EMBEDDED_MIDDLEWARE = "gateway.embedded.EmbeddedGateway"
 DIRECT = "direct"
 DONE = b"data: [DONE]"

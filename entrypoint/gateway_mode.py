@@ -22,7 +22,7 @@ from entrypoint.vllm_flags import flag_name
 MIDDLEWARE = "gateway.embedded.EmbeddedGateway"
 EMBEDDED = "embedded"
 BYPASS_ENV = "GATEWAY_EMBEDDED_BYPASS_TOKEN"
-BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded.py
+BYPASS_HEADER = "x-sparkserve-bypass"  # gateway/embedded/middleware.py
 # vLLM's flags (and their short forms) that start more than one API server process.
 API_SERVER_COUNT = ("--api-server-count", "-asc")
 DATA_PARALLEL_SIZE = ("--data-parallel-size", "-dp")
@@ -148,8 +148,8 @@ def check_embedded(config: EntrypointConfig) -> None:
             "(SPARKSERVE_GATEWAY=off, python -m gateway in front)"
         )
     try:
+        from gateway.core.errors import ConfigError
         from gateway.embedded import startup_check
-        from gateway.errors import ConfigError
     except ImportError as exc:
         raise PreflightError(
             f"SPARKSERVE_GATEWAY=embedded: the gateway cannot be imported here ({exc}); "

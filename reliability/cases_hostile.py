@@ -104,9 +104,10 @@ def _bad_credentials(key: str) -> dict[str, dict[str, str]]:
 
 
 def compare_digest_sites(package: Path) -> list[str]:
-    """`file:line` of every hmac.compare_digest call in a package's source."""
+    """`file:line` of every hmac.compare_digest call in a package's source (its
+    subpackages included)."""
     sites = []
-    for path in sorted(package.glob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"\bhmac\.compare_digest\(", line):
                 sites.append(f"{path.relative_to(package.parent)}:{number}")

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from gateway.routing import affinity_key, rendezvous_rank
-from gateway.tenancy import SaltMaker
+from gateway.core.routing import affinity_key, rendezvous_rank
+from gateway.core.tenancy import SaltMaker
 
 SYSTEM_WORDS = 580  # ≈ 1,100 tokens of the tiny model's tokenizer
 TURN_WORDS = 140  # ≈ 270 tokens

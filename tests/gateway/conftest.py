@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from gateway.embedded.settings import EmbeddedSettings
+from gateway.standalone.app import create_app
+from gateway.standalone.settings import GatewaySettings
 from tests.gateway.fake_vllm import FakeVLLM
 from tests.gateway.server import serve
 
@@ -20,6 +21,7 @@ BOB_KEY = "sk-bob-0123456789"
 TEST_KEYS = f"alice:{ALICE_KEY},bob:{BOB_KEY}"
 
 MakeSettings = Callable[..., GatewaySettings]
+MakeEmbeddedSettings = Callable[..., EmbeddedSettings]
 
 
 @pytest.fixture
@@ -38,6 +40,26 @@ def make_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeSettin
         }
         values.update(overrides)
         return GatewaySettings(**values)
+
+    return make
+
+
+@pytest.fixture
+def make_embedded_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeEmbeddedSettings:
+    """The embedded gateway's settings, ignoring the host's GATEWAY_* env; keyword
+    arguments override."""
+    for name in list(os.environ):
+        if name.startswith("GATEWAY_"):
+            monkeypatch.delenv(name)
+
+    def make(**overrides: Any) -> EmbeddedSettings:
+        values: dict[str, Any] = {
+            "api_keys": TEST_KEYS,
+            "salt_secret": "test-secret",
+            "state_dir": tmp_path / "state",
+        }
+        values.update(overrides)
+        return EmbeddedSettings(**values)
 
     return make
 

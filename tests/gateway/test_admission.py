@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from gateway.admission import Admission, AdmissionLimits
-from gateway.errors import MemoryLow, Overloaded
+from gateway.core.admission import Admission, AdmissionLimits
+from gateway.core.errors import MemoryLow, Overloaded
 
 
 def _admission(limit: int = 2, per_key: int = 2, queue: int = 2, timeout: float = 1.0) -> Admission:

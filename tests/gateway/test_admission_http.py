@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from gateway.app import create_app
-from gateway.thermal import hottest_gpu_celsius, throttled_limit
+from gateway.core.thermal import hottest_gpu_celsius, throttled_limit
+from gateway.standalone.app import create_app
 from tests.gateway.conftest import BOB_KEY, MakeSettings, auth
 from tests.gateway.fake_vllm import FakeVLLM
 from tests.gateway.server import serve

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.divergence import DivergenceTracker, session_key
+from gateway.core.divergence import DivergenceTracker, session_key
 
 
 def _body(system: str, tools: list[str], *history: str) -> dict[str, Any]:

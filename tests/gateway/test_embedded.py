@@ -23,7 +23,7 @@ from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.utils import ClientDisconnected
 
 from gateway.embedded import EmbeddedGateway
-from tests.gateway.conftest import ALICE_KEY, BOB_KEY, MakeSettings
+from tests.gateway.conftest import ALICE_KEY, BOB_KEY, MakeEmbeddedSettings
 from tests.gateway.server import serve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,9 +134,9 @@ def test_several_api_server_processes_stop_vllms_start_with_one_line(tmp_path: P
     assert done.returncode == 0, done.stderr
 
 
-def test_the_bypass_needs_the_exact_token(make_settings: MakeSettings) -> None:
+def test_the_bypass_needs_the_exact_token(make_embedded_settings: MakeEmbeddedSettings) -> None:
     inner = Inner()
-    settings = make_settings(embedded_bypass_token="let-me-through")
+    settings = make_embedded_settings(embedded_bypass_token="let-me-through")
     gateway = EmbeddedGateway(inner, settings, CollectorRegistry())
     body = b'{"model": "tiny", "messages": []}'
     skipped = _call(gateway, _http(x_sparkserve_bypass="let-me-through"), body)
@@ -150,12 +150,14 @@ def test_the_bypass_needs_the_exact_token(make_settings: MakeSettings) -> None:
     assert len(inner.calls) == 1
 
 
-def test_websockets_need_a_key_and_a_passthrough_path(make_settings: MakeSettings) -> None:
+def test_websockets_need_a_key_and_a_passthrough_path(
+    make_embedded_settings: MakeEmbeddedSettings,
+) -> None:
     """vLLM's realtime websocket generates outside the tenant's salt and limits: refused
     with a key too unless GATEWAY_EMBEDDED_PASSTHROUGH lists it."""
     inner = Inner()
     registry = CollectorRegistry()
-    gateway = EmbeddedGateway(inner, make_settings(), registry)
+    gateway = EmbeddedGateway(inner, make_embedded_settings(), registry)
     scope = {"type": "websocket", "path": "/v1/realtime", "headers": [], "query_string": b""}
     sent = _call(gateway, scope)
     assert sent == [{"type": "websocket.close", "code": 1008}] and not inner.calls
@@ -165,13 +167,13 @@ def test_websockets_need_a_key_and_a_passthrough_path(make_settings: MakeSetting
     assert "GATEWAY_EMBEDDED_PASSTHROUGH" in closed["reason"] and not inner.calls
     assert registry.get_sample_value("gateway_rejected_total", {"reason": "not_served"}) == 1
     opened = EmbeddedGateway(
-        inner, make_settings(embedded_passthrough="/v1/realtime"), CollectorRegistry()
+        inner, make_embedded_settings(embedded_passthrough="/v1/realtime"), CollectorRegistry()
     )
     assert _call(opened, keyed) == [{"type": "websocket.accept"}]
 
 
 def test_vllms_other_routes_need_a_key_and_a_passthrough_path(
-    make_settings: MakeSettings,
+    make_embedded_settings: MakeEmbeddedSettings,
 ) -> None:
     """A generation route the gateway does not prepare (vLLM's Anthropic-style
     `/v1/messages`) would run without the tenant's salt and admission slot: 404 by
@@ -179,7 +181,7 @@ def test_vllms_other_routes_need_a_key_and_a_passthrough_path(
     reach vLLM; an unknown key is a 401 before any of that."""
     inner = Inner()
     registry = CollectorRegistry()
-    gateway = EmbeddedGateway(inner, make_settings(), registry)
+    gateway = EmbeddedGateway(inner, make_embedded_settings(), registry)
     key = f"Bearer {ALICE_KEY}"
     messages = _call(gateway, _http("/v1/messages", authorization=key), b"{}")
     assert _status(messages) == 404 and not inner.calls
@@ -192,17 +194,19 @@ def test_vllms_other_routes_need_a_key_and_a_passthrough_path(
     assert _status(_call(gateway, _http("/detokenize", authorization=key), b"{}")) == 200
     assert _status(_call(gateway, _http("/version", "GET"))) == 200  # open, as before
     listed = EmbeddedGateway(
-        inner, make_settings(embedded_passthrough="/v1/messages"), CollectorRegistry()
+        inner, make_embedded_settings(embedded_passthrough="/v1/messages"), CollectorRegistry()
     )
     assert _status(_call(listed, _http("/v1/messages", authorization=key), b"{}")) == 200
     assert _status(_call(listed, _http("/detokenize", authorization=key), b"{}")) == 404
-    every = EmbeddedGateway(inner, make_settings(embedded_passthrough="*"), CollectorRegistry())
+    every = EmbeddedGateway(
+        inner, make_embedded_settings(embedded_passthrough="*"), CollectorRegistry()
+    )
     assert _status(_call(every, _http("/pooling", authorization=key), b"{}")) == 200
 
 
-def test_the_lifespan_reaches_vllm(make_settings: MakeSettings) -> None:
+def test_the_lifespan_reaches_vllm(make_embedded_settings: MakeEmbeddedSettings) -> None:
     inner = Inner()
-    gateway = EmbeddedGateway(inner, make_settings(), CollectorRegistry())
+    gateway = EmbeddedGateway(inner, make_embedded_settings(), CollectorRegistry())
     messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
 
     async def receive() -> Message:
@@ -216,7 +220,7 @@ def test_the_lifespan_reaches_vllm(make_settings: MakeSettings) -> None:
 
 
 def test_split_events_are_joined_and_the_split_usage_chunk_dropped(
-    make_settings: MakeSettings,
+    make_embedded_settings: MakeEmbeddedSettings,
 ) -> None:
     """vLLM writes one event per body message, but nothing in ASGI promises it: an
     event cut in two reaches the client whole, and the usage chunk the gateway asked
@@ -225,7 +229,7 @@ def test_split_events_are_joined_and_the_split_usage_chunk_dropped(
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'
     chunks = [token[:20], token[20:] + usage[:30], usage[30:], b"data: [DONE]\n\n"]
     registry = CollectorRegistry()
-    gateway = EmbeddedGateway(Inner(chunks), make_settings(), registry)
+    gateway = EmbeddedGateway(Inner(chunks), make_embedded_settings(), registry)
     body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
     sent = _call(gateway, _http(authorization=f"Bearer {ALICE_KEY}"), body)
     assert _status(sent) == 200
@@ -250,7 +254,7 @@ class LastInFinal(Inner):
 
 @pytest.mark.parametrize("inner", [Inner, LastInFinal])
 def test_whole_events_pass_and_the_usage_chunk_is_dropped_and_counted(
-    make_settings: MakeSettings, inner: type[Inner]
+    make_embedded_settings: MakeEmbeddedSettings, inner: type[Inner]
 ) -> None:
     """As vLLM writes a stream, one whole event a message: the token events and
     [DONE] reach the client as they are, the injected usage chunk does not (also
@@ -260,7 +264,7 @@ def test_whole_events_pass_and_the_usage_chunk_is_dropped_and_counted(
     done = b"data: [DONE]\n\n"
     chunks = [*tokens, usage] if inner is LastInFinal else [*tokens, usage, done]
     registry = CollectorRegistry()
-    gateway = EmbeddedGateway(inner(chunks), make_settings(), registry)
+    gateway = EmbeddedGateway(inner(chunks), make_embedded_settings(), registry)
     body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
     sent = _call(gateway, _http(authorization=f"Bearer {ALICE_KEY}"), body)
     assert _status(sent) == 200
@@ -274,7 +278,7 @@ def test_whole_events_pass_and_the_usage_chunk_is_dropped_and_counted(
 
 
 def test_a_stream_vllm_ended_itself_after_the_client_left_is_cancelled_not_ok(
-    make_settings: MakeSettings,
+    make_embedded_settings: MakeEmbeddedSettings,
 ) -> None:
     """vLLM can end a stream whose client left (its last message sent) before its
     disconnect listener hears it, and uvicorn drops every send to the closed
@@ -291,7 +295,7 @@ def test_a_stream_vllm_ended_itself_after_the_client_left_is_cancelled_not_ok(
         assert (await receive())["type"] == "http.disconnect"  # Starlette's listener
 
     registry = CollectorRegistry()
-    gateway = EmbeddedGateway(ended_then_heard, make_settings(), registry)
+    gateway = EmbeddedGateway(ended_then_heard, make_embedded_settings(), registry)
     body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
     incoming = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -308,7 +312,7 @@ def test_a_stream_vllm_ended_itself_after_the_client_left_is_cancelled_not_ok(
 
 
 def test_a_client_gone_while_vllm_writes_is_cancelled_not_a_server_error(
-    make_settings: MakeSettings,
+    make_embedded_settings: MakeEmbeddedSettings,
 ) -> None:
     """With ASGI 2.4, uvicorn's send raises once the client has closed the connection
     and Starlette's StreamingResponse turns that into ClientDisconnect, which leaves
@@ -332,7 +336,7 @@ def test_a_client_gone_while_vllm_writes_is_cancelled_not_a_server_error(
 
     sent: list[Message] = []
     registry = CollectorRegistry()
-    gateway = EmbeddedGateway(streaming, make_settings(), registry)
+    gateway = EmbeddedGateway(streaming, make_embedded_settings(), registry)
     body = b'{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
     incoming = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -350,7 +354,9 @@ def test_a_client_gone_while_vllm_writes_is_cancelled_not_a_server_error(
     assert registry.get_sample_value("gateway_in_flight") == 0
 
 
-def test_the_thermal_guard_polls_beside_vllms_lifespan(make_settings: MakeSettings) -> None:
+def test_the_thermal_guard_polls_beside_vllms_lifespan(
+    make_embedded_settings: MakeEmbeddedSettings,
+) -> None:
     """With GATEWAY_CONTROL_URL the guard runs for as long as vLLM's lifespan does: a
     hot GPU on the control endpoint lowers the limit; at shutdown the poll stops."""
     hot = 'sparkserve_gpu_temperature_celsius{gpu="0"} 95.0\n'
@@ -363,7 +369,7 @@ def test_the_thermal_guard_polls_beside_vllms_lifespan(make_settings: MakeSettin
 
     registry = CollectorRegistry()
     with serve(control) as url:
-        settings = make_settings(
+        settings = make_embedded_settings(
             control_url=url, thermal_poll_seconds=0.05, max_concurrency=8, auth="off"
         )
         gateway = EmbeddedGateway(Inner(), settings, registry)
@@ -388,13 +394,13 @@ def test_the_thermal_guard_polls_beside_vllms_lifespan(make_settings: MakeSettin
 
 
 def test_memory_low_on_the_control_endpoint_refuses_new_work_before_vllm(
-    make_settings: MakeSettings,
+    make_embedded_settings: MakeEmbeddedSettings,
 ) -> None:
     """The same control poll as the standalone gateway's (the thermal test above runs
     it): while the entrypoint says memory is short, a request gets 503 + Retry-After
     and never reaches vLLM's handler; once it says otherwise, it does."""
     inner, registry = Inner(), CollectorRegistry()
-    settings = make_settings(retry_after_seconds=9)
+    settings = make_embedded_settings(retry_after_seconds=9)
     gateway = EmbeddedGateway(inner, settings, registry)
     body = b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}]}'
     key = f"Bearer {ALICE_KEY}"
@@ -409,11 +415,11 @@ def test_memory_low_on_the_control_endpoint_refuses_new_work_before_vllm(
     assert registry.get_sample_value("gateway_rejected_total", {"reason": "memory_low"}) == 1
 
 
-def test_the_clients_key_never_reaches_vllm(make_settings: MakeSettings) -> None:
+def test_the_clients_key_never_reaches_vllm(make_embedded_settings: MakeEmbeddedSettings) -> None:
     """As the standalone gateway never forwards it: not on the prepared routes, not on
     vLLM's other guarded paths, not on a websocket."""
     inner = Inner()
-    settings = make_settings(embedded_passthrough="/v1/models,/detokenize,/v1/realtime")
+    settings = make_embedded_settings(embedded_passthrough="/v1/models,/detokenize,/v1/realtime")
     gateway = EmbeddedGateway(inner, settings, CollectorRegistry())
     key = f"Bearer {ALICE_KEY}"
     body = b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}]}'
@@ -432,7 +438,9 @@ def test_the_clients_key_never_reaches_vllm(make_settings: MakeSettings) -> None
         assert all(name != b"authorization" for name, _ in scope["headers"]), scope["path"]
 
 
-def test_a_sessions_divergence_is_noted_after_vllms_handler(make_settings: MakeSettings) -> None:
+def test_a_sessions_divergence_is_noted_after_vllms_handler(
+    make_embedded_settings: MakeEmbeddedSettings,
+) -> None:
     """The next request of a chat session with another system prompt counts `system`, after
     vLLM's handler answered: the handover never waits for the divergence hashes (on
     vLLM's loop each µs before it delays the burst's first tokens)."""
@@ -445,7 +453,7 @@ def test_a_sessions_divergence_is_noted_after_vllms_handler(make_settings: MakeS
             seen.append(registry.get_sample_value("gateway_prefix_divergence_total", segment))
             await super().__call__(scope, receive, send)
 
-    gateway = EmbeddedGateway(Noting(), make_settings(), registry)
+    gateway = EmbeddedGateway(Noting(), make_embedded_settings(), registry)
     headers = {"authorization": f"Bearer {ALICE_KEY}", "x_session_id": "s1"}
     for prompt in ("You are A.", "You are B."):
         messages = [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}]
@@ -456,7 +464,7 @@ def test_a_sessions_divergence_is_noted_after_vllms_handler(make_settings: MakeS
 
 
 def test_a_request_whose_client_left_in_the_queue_is_compared_too(
-    make_settings: MakeSettings,
+    make_embedded_settings: MakeEmbeddedSettings,
 ) -> None:
     """As in the standalone gateway: B, queued behind A and given up, is noted when it
     leaves, so A (same session, other system prompt) counts `system` at its end."""
@@ -468,7 +476,7 @@ def test_a_request_whose_client_left_in_the_queue_is_compared_too(
             await release.wait()
             await super().__call__(scope, receive, send)
 
-    gateway = EmbeddedGateway(Holding(), make_settings(max_concurrency=1), registry)
+    gateway = EmbeddedGateway(Holding(), make_embedded_settings(max_concurrency=1), registry)
     headers = {"authorization": f"Bearer {ALICE_KEY}", "x_session_id": "s1"}
 
     def request(prompt: str) -> tuple[dict[str, Any], Receive]:
@@ -492,7 +500,7 @@ def test_a_request_whose_client_left_in_the_queue_is_compared_too(
 
 
 def test_a_burst_is_prepared_before_any_of_it_is_handed_to_vllm(
-    make_settings: MakeSettings,
+    make_embedded_settings: MakeEmbeddedSettings,
 ) -> None:
     """Requests that reach vLLM's server in the same turn of its loop are all prepared
     and admitted before vLLM's handler runs the first of them, and handed over in the
@@ -513,7 +521,7 @@ def test_a_burst_is_prepared_before_any_of_it_is_handed_to_vllm(
 
             await super().__call__(scope, again, send)
 
-    gateway = EmbeddedGateway(Noting(), make_settings(), registry)
+    gateway = EmbeddedGateway(Noting(), make_embedded_settings(), registry)
     headers = {"authorization": f"Bearer {ALICE_KEY}"}
 
     def body(text: str) -> bytes:
@@ -528,12 +536,14 @@ def test_a_burst_is_prepared_before_any_of_it_is_handed_to_vllm(
     assert seen == [(3.0, "a"), (2.0, "b"), (1.0, "c")]
 
 
-def test_a_client_cache_salt_is_folded_into_its_tenants(make_settings: MakeSettings) -> None:
+def test_a_client_cache_salt_is_folded_into_its_tenants(
+    make_embedded_settings: MakeEmbeddedSettings,
+) -> None:
     """Inside vLLM as in front of it: vLLM's handler gets a salt derived from the tenant
     and the client's salt, never the client's own, and two tenants sending the same
     client salt get different ones; an empty one is a 400 before vLLM sees anything."""
     inner = Inner()
-    gateway = EmbeddedGateway(inner, make_settings(), CollectorRegistry())
+    gateway = EmbeddedGateway(inner, make_embedded_settings(), CollectorRegistry())
     body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "cache_salt": "s1"}
     salts = []
     for key in (ALICE_KEY, BOB_KEY, ALICE_KEY):

@@ -1,4 +1,4 @@
-"""The embedded gateway's relay (gateway/embedded_relay.py): its hot path, a token event's
+"""The embedded gateway's relay (gateway/embedded/relay.py): its hot path, a token event's
 timing inlined from `StreamObserver.observe`, gives the figures `observe` gives."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 from starlette.types import Message
 
-from gateway.embedded_relay import Relay
-from gateway.metrics import GatewayMetrics
-from gateway.proxy import Forward
-from gateway.routes import RequestCount
-from gateway.sse import StreamObserver
-from gateway.tenancy import Principal
+from gateway.core.forward import Forward
+from gateway.core.metrics import GatewayMetrics
+from gateway.core.routes import RequestCount
+from gateway.core.sse import StreamObserver
+from gateway.core.tenancy import Principal
+from gateway.embedded.relay import Relay
 
 CHAT = "/v1/chat/completions"
 SSE = [(b"content-type", b"text/event-stream; charset=utf-8")]

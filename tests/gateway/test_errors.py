@@ -10,8 +10,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.app import create_app
 from tests.gateway.conftest import BOB_KEY, MakeSettings, auth
+from tests.gateway.httpx_upstream import httpx_app
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -57,7 +57,7 @@ def test_upstream_failures_map_to_status(
     code: str,
     kind: str,
 ) -> None:
-    app = create_app(make_settings(), transport=_failing(exc), registry=registry)
+    app = httpx_app(make_settings(), _failing(exc), registry=registry)
     response = _call(app, "POST", "/v1/chat/completions", json=CHAT, headers=auth())
     _assert_openai_error(response, status, code)
     assert ("retry-after" in response.headers) == (status == 503)
@@ -76,7 +76,7 @@ def test_upstream_failures_map_to_status(
 def test_auth_refused(
     make_settings: MakeSettings, registry: CollectorRegistry, headers: dict[str, str], message: str
 ) -> None:
-    app = create_app(make_settings(), transport=_failing(httpx.ConnectError), registry=registry)
+    app = httpx_app(make_settings(), _failing(httpx.ConnectError), registry=registry)
     response = _call(app, "POST", "/v1/chat/completions", json=CHAT, headers=headers)
     _assert_openai_error(response, 401, "invalid_api_key")
     assert message in response.json()["error"]["message"]
@@ -84,7 +84,7 @@ def test_auth_refused(
 
 
 def test_models_needs_a_key_but_probes_do_not(make_settings: MakeSettings) -> None:
-    app = create_app(make_settings(), transport=_failing(httpx.ConnectError))
+    app = httpx_app(make_settings(), _failing(httpx.ConnectError))
     _assert_openai_error(_call(app, "GET", "/v1/models"), 401, "invalid_api_key")
     assert _call(app, "GET", "/healthz").json() == {"status": "ok"}
     assert _call(app, "GET", "/readyz").status_code == 503
@@ -92,7 +92,7 @@ def test_models_needs_a_key_but_probes_do_not(make_settings: MakeSettings) -> No
 
 
 def test_auth_off_serves_without_key(make_settings: MakeSettings) -> None:
-    app = create_app(make_settings(auth="off", api_keys=""), transport=_failing(httpx.ConnectError))
+    app = httpx_app(make_settings(auth="off", api_keys=""), _failing(httpx.ConnectError))
     response = _call(app, "POST", "/v1/chat/completions", json=CHAT)
     _assert_openai_error(response, 503, "upstream_unavailable")
 
@@ -108,7 +108,7 @@ def test_auth_off_serves_without_key(make_settings: MakeSettings) -> None:
 def test_malformed_json_is_400(
     make_settings: MakeSettings, registry: CollectorRegistry, content: bytes, message: str
 ) -> None:
-    app = create_app(make_settings(), transport=_failing(httpx.ConnectError), registry=registry)
+    app = httpx_app(make_settings(), _failing(httpx.ConnectError), registry=registry)
     response = _call(app, "POST", "/v1/chat/completions", content=content, headers=auth())
     _assert_openai_error(response, 400, "invalid_request")
     assert message in response.json()["error"]["message"]
@@ -116,7 +116,7 @@ def test_malformed_json_is_400(
 
 
 def test_bad_client_cache_salt_is_400(make_settings: MakeSettings) -> None:
-    app = create_app(make_settings(), transport=_failing(httpx.ConnectError))
+    app = httpx_app(make_settings(), _failing(httpx.ConnectError))
     body = {**CHAT, "cache_salt": 7}
     response = _call(app, "POST", "/v1/chat/completions", json=body, headers=auth())
     _assert_openai_error(response, 400, "invalid_request")
@@ -127,7 +127,7 @@ def test_body_over_limit_is_413(
     make_settings: MakeSettings, registry: CollectorRegistry, chunked: bool
 ) -> None:
     settings = make_settings(max_body_bytes=2048)
-    app = create_app(settings, transport=_failing(httpx.ConnectError), registry=registry)
+    app = httpx_app(settings, _failing(httpx.ConnectError), registry=registry)
     big = b'{"x": "' + b"a" * 4096 + b'"}'
 
     async def chunks() -> Any:
@@ -141,7 +141,7 @@ def test_body_over_limit_is_413(
 
 
 def test_unknown_route_and_method(make_settings: MakeSettings) -> None:
-    app = create_app(make_settings(), transport=_failing(httpx.ConnectError))
+    app = httpx_app(make_settings(), _failing(httpx.ConnectError))
     _assert_openai_error(_call(app, "GET", "/nope"), 404, "not_found")
     _assert_openai_error(_call(app, "GET", "/v1/chat/completions"), 405, "method_not_allowed")
 
@@ -154,7 +154,7 @@ def test_stream_cut_by_upstream_ends_with_error_event(make_settings: MakeSetting
 
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body())
 
-    app = create_app(make_settings(), transport=_mock_async(handler))
+    app = httpx_app(make_settings(), _mock_async(handler))
     response = _call(
         app, "POST", "/v1/chat/completions", json={**CHAT, "stream": True}, headers=auth(BOB_KEY)
     )

@@ -15,9 +15,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from gateway.app import create_app
-from gateway.openapi import ERROR_STATUSES
-from gateway.settings import GatewaySettings
+from gateway.standalone.app import create_app
+from gateway.standalone.openapi import ERROR_STATUSES
+from gateway.standalone.settings import GatewaySettings
 from tests.gateway.conftest import auth
 
 EXAMPLES_PER_ROUTE = 25

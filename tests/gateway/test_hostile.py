@@ -9,9 +9,10 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.app import create_app
-from gateway.middleware import MAX_HEADER_BYTES, MAX_HEADER_COUNT
-from gateway.prepare import parse_json
+from gateway.core.headers import MAX_HEADER_BYTES, MAX_HEADER_COUNT
+from gateway.core.prepare import parse_json
+from gateway.standalone.app import create_app
+from tests.gateway.httpx_upstream import httpx_app
 
 
 def _upstream(request: httpx.Request) -> httpx.Response:
@@ -22,9 +23,7 @@ def _upstream(request: httpx.Request) -> httpx.Response:
 def send(make_settings):  # type: ignore[no-untyped-def]
     """send(method, path, **kwargs) -> response, through the ASGI app (no socket)."""
     settings = make_settings("http://upstream.test", auth="off")
-    app = create_app(
-        settings, transport=httpx.MockTransport(_upstream), registry=CollectorRegistry()
-    )
+    app = httpx_app(settings, httpx.MockTransport(_upstream), registry=CollectorRegistry())
 
     def call(method: str, path: str, **kwargs):  # type: ignore[no-untyped-def]
         async def go() -> httpx.Response:

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway import jsoncodec
-from gateway.app import create_app
+from gateway.core import jsoncodec
+from tests.gateway.httpx_upstream import httpx_app
 
 BIG = 123456789012345678901234567890
 CASES = [
@@ -84,9 +84,7 @@ def test_gateway_forwards_what_the_client_sent(make_settings) -> None:  # type: 
         return httpx.Response(200, headers={"content-type": "application/json"}, stream=Body())
 
     settings = make_settings("http://upstream.test", auth="off")
-    app = create_app(
-        settings, transport=httpx.MockTransport(upstream), registry=CollectorRegistry()
-    )
+    app = httpx_app(settings, httpx.MockTransport(upstream), registry=CollectorRegistry())
     raw = (
         b'{"model": "m", "seed": 123456789012345678901234567890, "top_p": 0.95,'
         b' "messages": [{"role": "user", "content": "caf\xc3\xa9"}]}'

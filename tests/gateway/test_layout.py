@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.layout import TRAILER_HEADING, VolatileMatcher, canonical_json, rewrite_chat
+from gateway.core.layout import TRAILER_HEADING, VolatileMatcher, canonical_json, rewrite_chat
 
 MATCHER = VolatileMatcher({"ticket": r"TICKET-\d+"})
 SYSTEM = (

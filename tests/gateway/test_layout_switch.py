@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.app import create_app
+from gateway.standalone.app import create_app
 from tests.gateway.conftest import MakeSettings, auth
 from tests.gateway.fake_vllm import FakeVLLM
 from tests.gateway.server import serve

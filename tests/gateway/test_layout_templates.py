@@ -19,7 +19,7 @@ from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from devtools.tiny_model import CHAT_TEMPLATE as TINY_TEMPLATE
-from gateway.layout import VolatileMatcher, rewrite_chat
+from gateway.core.layout import VolatileMatcher, rewrite_chat
 
 QWEN3_STYLE = """
 {%- if tools %}

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gateway.metrics import ITL_BUCKETS_SECONDS, EventHistogram, LoopMetric
+from gateway.core.metrics import ITL_BUCKETS_SECONDS, EventHistogram, LoopMetric
 
 
 def _samples(registry: CollectorRegistry) -> list[str]:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.app import create_app
+from gateway.standalone.app import create_app
 from tests.gateway.conftest import ALICE_KEY, BOB_KEY, MakeSettings, auth
 from tests.gateway.fake_vllm import FakeVLLM
 from tests.gateway.server import serve

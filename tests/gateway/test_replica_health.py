@@ -11,8 +11,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.metrics import GatewayMetrics
-from gateway.replicas import ReplicaSet
+from gateway.core.metrics import GatewayMetrics
+from gateway.standalone.replicas import ReplicaSet
 
 Answer = Callable[[httpx.Request], httpx.Response]
 

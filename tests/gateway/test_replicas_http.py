@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.app import create_app
+from gateway.standalone.app import create_app
 from tests.gateway.conftest import MakeSettings, auth
 from tests.gateway.fake_vllm import USAGE, FakeVLLM
 from tests.gateway.server import serve

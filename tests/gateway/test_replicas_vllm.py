@@ -31,8 +31,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from entrypoint.priority import lower_priority
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from gateway.standalone.app import create_app
+from gateway.standalone.settings import GatewaySettings
 from tests.agent_sessions import KV_BYTES, Session, pick_sessions, wave
 from tests.gateway.conftest import ALICE_KEY, TEST_KEYS
 from tests.gateway.server import serve

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gateway.routing import ReplicaState, affinity_key, candidates, rendezvous_rank
+from gateway.core.routing import ReplicaState, affinity_key, candidates, rendezvous_rank
 
 CHAT = "/v1/chat/completions"
 NAMES = ["0", "1"]

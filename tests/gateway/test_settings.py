@@ -14,8 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.errors import ConfigError
-from gateway.settings import GatewaySettings, load_settings
+from gateway.core.errors import ConfigError
+from gateway.edge.settings import CommonSettings
+from gateway.embedded.settings import EmbeddedSettings, load_embedded_settings
+from gateway.standalone.settings import GatewaySettings, load_settings
 from tests.gateway.conftest import MakeSettings
 
 
@@ -53,8 +55,58 @@ def test_an_empty_optional_variable_means_unset(
         monkeypatch.setenv(name, " ")
     settings = load_settings()
     assert settings.api_keys_file is None and settings.salt_secret is None
-    assert settings.upstream_api_key is None and settings.embedded_bypass_token is None
-    assert settings.control_url is None
+    assert settings.upstream_api_key is None and settings.control_url is None
+    embedded = load_embedded_settings()
+    assert embedded.api_keys_file is None and embedded.salt_secret is None
+    assert embedded.embedded_bypass_token is None and embedded.control_url is None
+
+
+def test_embedded_settings_need_no_upstream_url(make_settings: MakeSettings) -> None:
+    """The embedded gateway has no upstream to name: nothing is required."""
+    settings = load_embedded_settings()
+    assert not hasattr(settings, "upstream_url")
+    assert settings.embedded_passthrough == ["/v1/models", "/detokenize"]
+
+
+def test_embedded_settings_ignore_standalone_only_variables(
+    monkeypatch: pytest.MonkeyPatch, make_settings: MakeSettings
+) -> None:
+    """Values the standalone gateway would refuse are not the embedded one's concern."""
+    for name, value in {
+        "GATEWAY_UPSTREAM_URL": "not-a-url",
+        "GATEWAY_UPSTREAM_NAMES": "a,a",
+        "GATEWAY_UPSTREAM_CLIENT": "httpx",
+        "GATEWAY_HOST": "",
+        "GATEWAY_PORT": "not-a-port",
+        "GATEWAY_READ_TIMEOUT_SECONDS": "-1",
+        "GATEWAY_HEALTH_INTERVAL_SECONDS": "0",
+        "GATEWAY_LOG_LEVEL": "loud",
+        "GATEWAY_MAX_CONCURRENCY": "7",
+    }.items():
+        monkeypatch.setenv(name, value)
+    settings = load_embedded_settings()
+    assert settings.max_concurrency == 7  # a shared variable is read
+    assert {"upstream_url", "port", "upstream_client"}.isdisjoint(type(settings).model_fields)
+
+
+def test_standalone_settings_ignore_embedded_only_variables(
+    monkeypatch: pytest.MonkeyPatch, make_settings: MakeSettings
+) -> None:
+    monkeypatch.setenv("GATEWAY_UPSTREAM_URL", "http://vllm:8000")
+    monkeypatch.setenv("GATEWAY_EMBEDDED_PASSTHROUGH", "/detokenize,v1/messages")
+    monkeypatch.setenv("GATEWAY_EMBEDDED_BYPASS_TOKEN", "t")
+    settings = load_settings()
+    assert not any(name.startswith("embedded_") for name in type(settings).model_fields)
+    expected = "GATEWAY_EMBEDDED_PASSTHROUGH=.*'v1/messages' is neither a path such as /detokenize"
+    with pytest.raises(ConfigError, match=expected):
+        load_embedded_settings()
+
+
+def test_both_faces_share_one_slice() -> None:
+    shared = set(CommonSettings.model_fields)
+    assert shared <= set(GatewaySettings.model_fields)
+    assert shared <= set(EmbeddedSettings.model_fields)
+    assert set(GatewaySettings.model_fields) & set(EmbeddedSettings.model_fields) == shared
 
 
 @pytest.mark.parametrize(
@@ -69,10 +121,6 @@ def test_an_empty_optional_variable_means_unset(
         ({"GATEWAY_LAYOUT_RULES": '{"x": "("}'}, "bad regex"),
         ({"GATEWAY_CONTROL_URL": "nope"}, "GATEWAY_CONTROL_URL='nope'"),
         ({"GATEWAY_KEEPALIVE_SECONDS": "0"}, "GATEWAY_KEEPALIVE_SECONDS='0'"),
-        (
-            {"GATEWAY_EMBEDDED_PASSTHROUGH": "/detokenize,v1/messages"},
-            "'v1/messages' is neither a path such as /detokenize nor *",
-        ),
     ],
 )
 def test_errors_name_the_variable(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.sse import EventSplitter, StreamObserver, plain_events
+from gateway.core.sse import EventSplitter, StreamObserver, plain_events
 
 EVENTS = [b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'] * 3 + [
     b'data: {"choices": [], "usage": {"prompt_tokens": 5}}\n\n',

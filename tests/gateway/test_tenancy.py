@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import BadRequest, ConfigError, Unauthorized
-from gateway.tenancy import (
+from gateway.core.errors import BadRequest, ConfigError, Unauthorized
+from gateway.core.tenancy import (
     Authenticator,
     KeyTable,
     SaltMaker,
-    load_secret,
     parse_cache_groups,
     parse_key_entry,
-    read_key_entries,
 )
+from gateway.edge.secrets import load_secret, read_key_entries
 from tests.gateway.conftest import MakeSettings
 
 # vllm/entrypoints/generate/base/protocol.py: validate_cache_salt

@@ -22,8 +22,8 @@ import openai
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from gateway.standalone.app import create_app
+from gateway.standalone.settings import GatewaySettings
 from tests.gateway.conftest import ALICE_KEY, BOB_KEY, TEST_KEYS
 from tests.gateway.server import serve
 from tests.vllm_proc import VLLMServer

@@ -467,10 +467,11 @@ def test_embedded_override_settings_are_known_and_pass_the_pre_flight(
 ):
     from entrypoint.config import OPTIONS, load_config
     from entrypoint.gateway_mode import check_embedded
-    from gateway.settings import ENV_PREFIX, GatewaySettings
+    from gateway.edge.settings import ENV_PREFIX
+    from gateway.embedded.settings import EmbeddedSettings
 
     env = _environment_with_test_values(embedded["services"]["vllm"], tmp_path / "state")
-    gateway_names = {ENV_PREFIX + name.upper() for name in GatewaySettings.model_fields}
+    gateway_names = {ENV_PREFIX + name.upper() for name in EmbeddedSettings.model_fields}
     entrypoint_names = {option.env for option in OPTIONS}
     for name in env:
         known = gateway_names if name.startswith(ENV_PREFIX) else entrypoint_names

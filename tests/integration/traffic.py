@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from gateway.app import create_app
-from gateway.settings import load_settings
+from gateway.standalone.app import create_app
+from gateway.standalone.settings import load_settings
 
 SYSTEM_WORDS = (
     "You are a careful assistant for the sparkserve project. Answer with short, exact "

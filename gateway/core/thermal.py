@@ -4,7 +4,7 @@ Polls the entrypoint's control `/metrics` (host telemetry) for the gauge
 `sparkserve_gpu_temperature_celsius`; above the threshold the global limit
 becomes `max_concurrency × fraction`, at or below it the full limit returns.
 An unreachable control endpoint leaves the limit as it is (the poll:
-gateway/control_poll.py).
+gateway/edge/control_poll.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.admission import Admission
-from gateway.metrics import GatewayMetrics
+from gateway.core.admission import Admission
+from gateway.core.metrics import GatewayMetrics
 
 TEMPERATURE_METRIC = "sparkserve_gpu_temperature_celsius"
 log = logging.getLogger("gateway.thermal")

@@ -12,8 +12,8 @@ from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.responses import JSONResponse, Response
 
-from gateway.replicas import ReplicaSet
-from gateway.settings import GatewaySettings
+from gateway.standalone.replicas import ReplicaSet
+from gateway.standalone.settings import GatewaySettings
 
 PROBE_TIMEOUT_SECONDS = 5.0
 

@@ -1,6 +1,6 @@
 """The vLLM replicas behind the gateway: health, in-flight counts, per-replica metrics.
 
-`ReplicaSet.candidates(key)` asks the pure router (`gateway.routing`) for the
+`ReplicaSet.candidates(key)` asks the pure router (`gateway.core.routing`) for the
 order in which to try the replicas.  A replica is marked unhealthy when a
 connection to it fails (the request then goes to the next candidate, since
 nothing reached vLLM), when its `/health` refuses the connection or answers
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 import httpx
 
-from gateway.metrics import GatewayMetrics
-from gateway.routing import ReplicaState, Routing, candidates
+from gateway.core.metrics import GatewayMetrics
+from gateway.core.routing import ReplicaState, Routing, candidates
 
 log = logging.getLogger("gateway.replicas")
 HEALTH_TIMEOUT_SECONDS = 5.0

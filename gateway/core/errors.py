@@ -2,7 +2,9 @@
 
 Every failure the gateway reports to a client is a `GatewayError`; the app turns
 it into `{"error": {"message", "type", "code"}}` with its status and headers, in
-one place (`error_response`).  No traceback ever reaches a response body.
+one place (`error_response`, or `send_json_error` for pure ASGI code).  No traceback
+ever reaches a response body.  `rejection_reason` names the `gateway_rejected_total`
+reason of an error the gateway raised itself.
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ from __future__ import annotations
 import json
 
 from starlette.responses import Response
+from starlette.types import Send
+
+# Status recorded when the client left before any response started.
+CLIENT_CLOSED_STATUS = 499
+SERVER_ERROR_STATUS = 500
 
 
 class GatewayError(Exception):
@@ -93,7 +100,7 @@ class Overloaded(GatewayError):
 
 class MemoryLow(Overloaded):
     """The entrypoint's memory watchdog refuses work: available memory is under its
-    floor (gateway/control_poll.py). 503, since the server is short, not the client."""
+    floor (gateway/core/control.py). 503, since the server is short, not the client."""
 
     status_code = 503
     error_type = "server_error"
@@ -129,3 +136,40 @@ def error_response(error: GatewayError) -> Response:
         headers=error.headers(),
         media_type="application/json",
     )
+
+
+_REASONS: tuple[tuple[type[GatewayError], str], ...] = (
+    (Unauthorized, "unauthorized"),
+    (BodyTooLarge, "body_too_large"),
+    (HeadersTooLarge, "headers_too_large"),
+    (BadRequest, "bad_request"),
+)
+
+
+def rejection_reason(error: GatewayError) -> str | None:
+    """The `gateway_rejected_total` reason for an error the gateway raised itself
+    (admission's own: `queue_full`, `queue_timeout`)."""
+    if isinstance(error, Overloaded):
+        return error.reason
+    for kind, reason in _REASONS:
+        if isinstance(error, kind):
+            return reason
+    return None
+
+
+async def send_json_error(send: Send, error: GatewayError) -> None:
+    """Send `error` as a complete OpenAI-shaped JSON response."""
+    body = error.body()
+    headers = [(k.encode(), v.encode()) for k, v in error.headers().items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status_code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,11 +1,10 @@
-"""The two upstream HTTP clients behind the `UpstreamClient` seam, and their errors.
+"""The upstream HTTP client behind the `UpstreamClient` seam, and its errors.
 
-`AiohttpUpstream` (the default, chosen by measurement — docs/gateway.md,
-"Overhead") reads vLLM's responses with aiohttp's C HTTP parser and a plain
-keep-alive connector; `HttpxUpstream` runs over an httpx transport (tests inject
-`httpx.MockTransport` for error paths).  Each translates its own transport
-failures once, into the gateway's errors: connect → 503, timeout → 504,
-anything else → 502.
+`AiohttpUpstream` (chosen by measurement — docs/gateway.md, "Overhead") reads
+vLLM's responses with aiohttp's C HTTP parser and a plain keep-alive connector.
+It translates its transport failures once, into the gateway's errors: connect →
+503, timeout → 504, anything else → 502 (`unavailable`, `timed_out`, `broken`:
+the same words for any other client, such as the tests' httpx one).
 """
 
 from __future__ import annotations
@@ -14,14 +13,13 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
-import httpx
 
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.core.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 WRITE_TIMEOUT_SECONDS = 30.0
 
 
-# The gateway's three upstream failures, worded once for every client (h1client too).
+# The gateway's three upstream failures, worded once for every client.
 def unavailable(retry_after_seconds: int) -> UpstreamUnavailable:
     return UpstreamUnavailable(
         "The model server is not reachable; retry later.", retry_after_seconds=retry_after_seconds
@@ -36,16 +34,8 @@ def broken(detail: str) -> UpstreamError:
     return UpstreamError(f"The model server broke the connection ({detail}).")
 
 
-def _broken(exc: BaseException) -> UpstreamError:
+def broken_by(exc: BaseException) -> UpstreamError:
     return broken(type(exc).__name__)
-
-
-def translate_httpx(exc: httpx.HTTPError, retry_after_seconds: int) -> UpstreamError:
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-        return unavailable(retry_after_seconds)
-    if isinstance(exc, httpx.TimeoutException):
-        return timed_out()
-    return _broken(exc)
 
 
 def translate_aiohttp(exc: BaseException, retry_after_seconds: int) -> UpstreamError:
@@ -54,70 +44,7 @@ def translate_aiohttp(exc: BaseException, retry_after_seconds: int) -> UpstreamE
         return unavailable(retry_after_seconds)
     if isinstance(exc, TimeoutError):
         return timed_out()
-    return _broken(exc)
-
-
-class HttpxResponse:
-    def __init__(self, response: httpx.Response, retry_after_seconds: int) -> None:
-        self._response = response
-        self._retry_after = retry_after_seconds
-        self.status = response.status_code
-        self.raw_headers: Sequence[tuple[bytes, bytes]] = response.headers.raw
-        self.content_type = response.headers.get("content-type", "")
-        self._raw: AsyncIterator[bytes] | None = None
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        while (chunk := await self.next_chunk()) is not None:
-            yield chunk
-
-    async def next_chunk(self) -> bytes | None:
-        if self._raw is None:
-            self._raw = self._response.aiter_raw()
-        try:
-            return await anext(self._raw)
-        except StopAsyncIteration:
-            return None
-        except httpx.HTTPError as exc:
-            raise translate_httpx(exc, self._retry_after) from None
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
-
-
-class HttpxUpstream:
-    """httpx over the given (or a default) transport."""
-
-    def __init__(
-        self,
-        transport: httpx.AsyncBaseTransport | None,
-        *,
-        connect_timeout_seconds: float,
-        read_timeout_seconds: float,
-        retry_after_seconds: int,
-    ) -> None:
-        timeout = httpx.Timeout(
-            connect=connect_timeout_seconds,
-            read=read_timeout_seconds,
-            write=WRITE_TIMEOUT_SECONDS,
-            pool=None,
-        )
-        # Admission bounds concurrency; the pool must never be the bottleneck.
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        self._client = httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits)
-        self._retry_after = retry_after_seconds
-
-    async def send(
-        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes | None
-    ) -> HttpxResponse:
-        request = self._client.build_request(method, url, content=body, headers=headers)
-        try:
-            response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise translate_httpx(exc, self._retry_after) from None
-        return HttpxResponse(response, self._retry_after)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
+    return broken_by(exc)
 
 
 class AiohttpResponse:

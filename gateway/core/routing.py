@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.jsoncodec import canonical
+from gateway.core.jsoncodec import canonical
 
 Routing = Literal["affinity", "round_robin"]
 STABLE_ROLES = ("system", "developer")

@@ -15,16 +15,15 @@ from typing import Any
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope
 
-from gateway import jsoncodec
-from gateway.divergence import DivergenceTracker, session_key
-from gateway.errors import BadRequest, BodyTooLarge
-from gateway.layout import VolatileMatcher, rewrite_chat
-from gateway.metrics import GatewayMetrics
-from gateway.middleware import headers_error
-from gateway.proxy import Forward
-from gateway.routing import affinity_key
-from gateway.tenancy import Authenticator, Principal, SaltMaker
-from gateway.upstream import forward_headers
+from gateway.core import jsoncodec
+from gateway.core.divergence import DivergenceTracker, session_key
+from gateway.core.errors import BadRequest, BodyTooLarge
+from gateway.core.forward import Forward
+from gateway.core.headers import forward_headers, headers_error
+from gateway.core.layout import VolatileMatcher, rewrite_chat
+from gateway.core.metrics import GatewayMetrics
+from gateway.core.routing import affinity_key
+from gateway.core.tenancy import Authenticator, Principal, SaltMaker
 
 MODELS = "/v1/models"
 LAYOUT_HEADER_NAME = "x-sparkserve-layout"
@@ -81,7 +80,7 @@ class Preparer:
     # Only a choice between replicas needs the request's affinity key.
     affinity_needed: bool = True
     # Only a request sent over HTTP needs its headers filtered for the upstream (the
-    # embedded gateway hands vLLM the client's own, gateway/embedded.py).
+    # embedded gateway hands vLLM the client's own, gateway/embedded/middleware.py).
     headers_needed: bool = True
 
     async def prepare(self, path: str, scope: Scope, receive: Receive) -> Forward:

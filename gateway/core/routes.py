@@ -1,12 +1,21 @@
-"""The proxied routes' table and the one-count-per-request counter the embedded gateway
-uses (the standalone app counts through its `RequestMetrics` middleware)."""
+"""The proxied routes (`JSON_ROUTES`, the table of both faces) and the
+one-count-per-request counter the embedded gateway uses (the standalone app counts
+through its `RequestMetrics` middleware)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.metrics import GatewayMetrics, status_class
-from gateway.prepare import MODELS
+from gateway.core.metrics import GatewayMetrics, status_class
+from gateway.core.prepare import MODELS
+
+JSON_ROUTES = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/tokenize",
+)
 
 
 @dataclass

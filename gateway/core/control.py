@@ -1,6 +1,6 @@
-"""The poll of the entrypoint's control `/metrics` (GATEWAY_CONTROL_URL): one read
-every GATEWAY_THERMAL_POLL_SECONDS feeds the thermal guard (gateway/thermal.py) and
-the memory gate.
+"""What the entrypoint's control `/metrics` (GATEWAY_CONTROL_URL) drives: one read
+every GATEWAY_THERMAL_POLL_SECONDS (the poll: gateway/edge/control_poll.py) feeds the
+thermal guard (gateway/core/thermal.py) and the memory gate.
 
 The memory gate follows `sparkserve_memory_low`: 1 while the entrypoint's memory
 watchdog refuses work because available memory is under its floor
@@ -11,16 +11,14 @@ unreachable control endpoint, or one without the gauge, leaves both as they are.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.admission import Admission
-from gateway.metrics import GatewayMetrics
-from gateway.thermal import ThermalGuard, hottest_gpu_celsius
+from gateway.core.admission import Admission
+from gateway.core.metrics import GatewayMetrics
+from gateway.core.thermal import ThermalGuard, hottest_gpu_celsius
 
 MEMORY_LOW_METRIC = "sparkserve_memory_low"
 log = logging.getLogger("gateway.control")
@@ -63,13 +61,3 @@ class ControlPoll:
     def apply(self, metrics_text: str) -> None:
         self.thermal.apply(hottest_gpu_celsius(metrics_text))
         self.memory.apply(memory_low(metrics_text))
-
-    async def poll_forever(self, client: httpx.AsyncClient, url: str, period_s: float) -> None:
-        while True:
-            try:
-                response = await client.get(url)
-                response.raise_for_status()
-                self.apply(response.text)
-            except (httpx.HTTPError, ValueError) as exc:
-                log.debug("control poll of %s failed: %s", url, exc)
-            await asyncio.sleep(period_s)

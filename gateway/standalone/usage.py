@@ -8,7 +8,7 @@ import textwrap
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
-from gateway.settings import ENV_PREFIX, GatewaySettings
+from gateway.standalone.settings import ENV_PREFIX, GatewaySettings
 
 WIDTH = 100
 USAGE = """\

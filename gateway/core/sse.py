@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.jsoncodec import loads_or_none
+from gateway.core.jsoncodec import loads_or_none
 
 _SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 # The event that ends an OpenAI stream (as vLLM writes it).

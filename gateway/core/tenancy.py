@@ -4,26 +4,21 @@ A key entry is `key` or `tenant:key`; a bare key is its own tenant, named by a
 short hash of the key (never the key).  Keys are compared in constant time.
 Each tenant (or each shared cache group) gets `cache_salt = HMAC(secret, name)`,
 so one tenant cannot probe another's cached prompts by timing; a client's own
-`cache_salt` is folded into its tenant's, never replacing it.
+`cache_salt` is folded into its tenant's, never replacing it.  The key file and
+the salt secret are read by gateway/edge/secrets.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
-import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from gateway.errors import BadRequest, ConfigError, Unauthorized
-from gateway.settings import GatewaySettings
+from gateway.core.errors import BadRequest, ConfigError, Unauthorized
 
 ANONYMOUS = "anonymous"
-SECRET_FILE = "salt_secret"
-SECRET_BYTES = 32
 # vllm/entrypoints/generate/base/protocol.py: validate_cache_salt
 MAX_CACHE_SALT_CHARS = 128
 _TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -77,26 +72,6 @@ class KeyTable:
             if hmac.compare_digest(given, digest) and found is None:
                 found = principal
         return found
-
-
-def read_key_entries(settings: GatewaySettings) -> list[str]:
-    entries = [e for e in settings.api_keys.get_secret_value().split(",") if e.strip()]
-    if settings.api_keys_file is not None:
-        try:
-            text = settings.api_keys_file.read_text()
-        except OSError as exc:
-            raise ConfigError(f"GATEWAY_API_KEYS_FILE: cannot read ({exc.strerror})") from None
-        # One entry a line, or a comma list (what a compose secret made from
-        # GATEWAY_API_KEYS holds); `#` starts a comment line.
-        lines = (line.strip() for line in text.splitlines())
-        entries += [
-            part.strip()
-            for line in lines
-            if not line.startswith("#")
-            for part in line.split(",")
-            if part.strip()
-        ]
-    return entries
 
 
 class Authenticator:
@@ -159,37 +134,3 @@ class SaltMaker:
         if not isinstance(client_salt, str) or not client_salt:
             raise BadRequest("Parameter 'cache_salt' must be a non-empty string if provided.")
         return self._hmac(scope + "\0client:" + client_salt)[:MAX_CACHE_SALT_CHARS]
-
-
-def load_secret(settings: GatewaySettings) -> bytes:
-    """The salt secret: from settings, else from (or newly into) the state dir."""
-    if settings.salt_secret is not None:
-        return settings.salt_secret.get_secret_value().encode()
-    path = settings.state_dir / SECRET_FILE
-    try:
-        return _read_or_create(path)
-    except OSError as exc:
-        raise ConfigError(
-            f"GATEWAY_STATE_DIR={str(settings.state_dir)!r}: cannot keep the salt secret "
-            f"({exc.strerror}); set GATEWAY_SALT_SECRET or a writable GATEWAY_STATE_DIR"
-        ) from None
-
-
-def _read_or_create(path: Path) -> bytes:
-    """Create the secret atomically (write a temp file, then link it into place)."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(secrets.token_hex(SECRET_BYTES).encode())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
-    secret = path.read_bytes().strip()
-    if not secret:
-        raise ConfigError(f"salt secret file {str(path)!r} is empty")
-    return secret

@@ -1,10 +1,11 @@
-"""The `send` vLLM's handler gets from the embedded gateway (gateway/embedded.py).
+"""The `send` vLLM's handler gets from the embedded gateway (gateway/embedded/middleware.py).
 
 It counts the response's status, adds the gateway's response headers, observes a
 stream's token events as vLLM writes them (one whole `data:` event a message: the
 hot path, on vLLM's loop), drops the usage chunk the gateway asked for, reads a
 generation's JSON usage, and records the latencies and token counts at the end,
-as the standalone gateway's relay does for a proxied response (gateway/proxy.py).
+as the standalone gateway's relay does for a proxied response
+(gateway/standalone/proxy.py).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Any
 
 from starlette.types import Message, Send
 
-from gateway.metrics import GatewayMetrics
-from gateway.proxy import Forward, record_finish, usage_of
-from gateway.routes import RequestCount
-from gateway.sse import DONE_EVENT, EventSplitter, StreamObserver
+from gateway.core.forward import Forward, record_finish, usage_of
+from gateway.core.metrics import GatewayMetrics
+from gateway.core.routes import RequestCount
+from gateway.core.sse import DONE_EVENT, EventSplitter, StreamObserver
 
 
 class Relay:

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from gateway.errors import MemoryLow, Overloaded
+from gateway.core.errors import MemoryLow, Overloaded
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.jsoncodec import canonical
+from gateway.core.jsoncodec import canonical
 
 SEGMENTS = ("system", "tools", "history")
 

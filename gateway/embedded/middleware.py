@@ -5,11 +5,11 @@
 vLLM's `--middleware` adds this ASGI class around its own app, in its API server
 process.  A request to a proxied route (`/v1/chat/completions`, `/v1/completions`,
 `/v1/embeddings`, `/v1/responses`, `/tokenize`, `GET /v1/models`) is prepared exactly
-as the standalone gateway prepares it (gateway/prepare.py: auth, body limit, JSON,
+as the standalone gateway prepares it (gateway/core/prepare.py: auth, body limit, JSON,
 prefix-stable layout, divergence, tenant cache salt, the usage request), waits for an
 admission slot and one turn of vLLM's loop (`EmbeddedGateway._turn`), and is then
 handed to vLLM's handler as the rewritten body instead of being sent over a socket;
-the response comes back through `send` (gateway/embedded_relay.py), where the injected
+the response comes back through `send` (gateway/embedded/relay.py), where the injected
 usage chunk is dropped and the same `gateway_*` metrics are counted.  There is no
 second HTTP parse, no upstream write and no relay of every token event: the standalone
 gateway's per-request and per-event cost on a small machine (docs/gateway.md,
@@ -30,9 +30,11 @@ What differs from the standalone gateway (`python -m gateway`):
   `/healthz` answers 200 while the process serves, `/readyz` is vLLM's `/health`;
 - admission runs on vLLM's loop: a request is admitted when vLLM's API server takes it
   up, which a saturated loop delays (docs/gateway.md);
-- settings are the standalone gateway's `GATEWAY_*` variables; those about the upstream
-  connection, replicas, host and port are ignored (vLLM's own flags set the listener).
-  A bad setting stops vLLM's start with one line naming it.
+- settings are `EmbeddedSettings` (gateway/embedded/settings.py): the `GATEWAY_*`
+  variables both faces share plus `GATEWAY_EMBEDDED_*`; the standalone gateway's about
+  the upstream connection, replicas, host and port are ignored (vLLM's own flags set
+  the listener), and no upstream URL is needed.  A bad setting stops vLLM's start with
+  one line naming it.
 
 `GATEWAY_EMBEDDED_BYPASS_TOKEN`: a request that carries `x-sparkserve-bypass: <token>`
 skips the gateway entirely.  The entrypoint sets a fresh random one at each start for
@@ -47,41 +49,40 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import os
 import sys
-from typing import Any
 
 import httpx
 from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.app import JSON_ROUTES, admission_of, control_poll_of, preparer_of
-from gateway.embedded_relay import Relay
-from gateway.errors import ConfigError, GatewayError, NotFound, Overloaded
-from gateway.metrics import GatewayMetrics
-from gateway.middleware import (
+from gateway.core.errors import (
     CLIENT_CLOSED_STATUS,
     SERVER_ERROR_STATUS,
-    headers_error,
+    ConfigError,
+    GatewayError,
+    NotFound,
+    Overloaded,
     rejection_reason,
     send_json_error,
 )
-from gateway.prepare import Incoming, Preparer
-from gateway.proxy import Forward
-from gateway.routes import RequestCount, route_table
-from gateway.settings import GatewaySettings, load_settings
+from gateway.core.forward import Forward
+from gateway.core.headers import headers_error
+from gateway.core.metrics import GatewayMetrics
+from gateway.core.prepare import Incoming, Preparer
+from gateway.core.routes import JSON_ROUTES, RequestCount, route_table
+from gateway.edge.build import admission_of, control_poll_of, preparer_of
+from gateway.edge.control_poll import poll_forever
+from gateway.edge.vllm_env import MULTIPROC_ENV, several_api_servers
+from gateway.embedded.relay import Relay
+from gateway.embedded.settings import EmbeddedSettings, load_embedded_settings
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gateway.embedded")
 
 REPLICA = "embedded"
 # gateway_upstream_requests_total outcomes here: served, client left, handler raised.
 OUTCOMES = ("ok", "cancelled", "protocol")
 BYPASS_HEADER = b"x-sparkserve-bypass"
-# Set by vLLM when it runs more than one API server process (vllm/v1/metrics/prometheus.py).
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-# Placeholder for the standalone gateway's required upstream URL: unused here.
-_NO_UPSTREAM = "http://vllm.embedded"
 # vLLM's own probes and metrics, answered without a key (as vLLM does).
 OPEN_PATHS = frozenset({"/health", "/metrics", "/ping", "/version", "/load"})
 _LIVE_BODY = b'{"status":"ok"}'
@@ -90,13 +91,6 @@ NOT_SERVED = "not_served"  # gateway_rejected_total: a path not in GATEWAY_EMBED
 _REPLACED_HEADERS = frozenset(
     {b"content-length", b"transfer-encoding", b"content-type", b"authorization"}
 )
-
-
-def load_embedded_settings(**overrides: Any) -> GatewaySettings:
-    """The `GATEWAY_*` settings, with no upstream URL needed; `ConfigError` if bad."""
-    if not os.environ.get("GATEWAY_UPSTREAM_URL") and "upstream_url" not in overrides:
-        overrides["upstream_url"] = [_NO_UPSTREAM]
-    return load_settings(**overrides)
 
 
 def check_one_api_server() -> None:
@@ -108,7 +102,7 @@ def check_one_api_server() -> None:
     instead of the registry the gateway's metrics are in.  Each process would also
     hold its own admission slots, so the limits would be N times what was set.
     Refused rather than served wrong."""
-    if os.environ.get(MULTIPROC_ENV):
+    if several_api_servers():
         raise ConfigError(
             f"{MULTIPROC_ENV} is set: vLLM serves from several API server processes "
             "(--api-server-count above 1, or data parallelism), and each would count its "
@@ -124,7 +118,12 @@ def startup_check() -> None:
     the state directory when none is given, as the server would), one API server
     process; `ConfigError` with the one-line reason."""
     check_one_api_server()
-    preparer_of(load_embedded_settings(), GatewayMetrics.create(CollectorRegistry()), embedded=True)
+    preparer_of(
+        load_embedded_settings(),
+        GatewayMetrics.create(CollectorRegistry()),
+        affinity_needed=False,
+        headers_needed=False,
+    )
 
 
 class EmbeddedGateway:
@@ -137,7 +136,7 @@ class EmbeddedGateway:
     def __init__(
         self,
         app: ASGIApp,
-        settings: GatewaySettings | None = None,
+        settings: EmbeddedSettings | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.app = app
@@ -146,7 +145,9 @@ class EmbeddedGateway:
             check_one_api_server()
             self.settings = settings if settings is not None else load_embedded_settings()
             self.metrics = GatewayMetrics.create(REGISTRY if registry is None else registry)
-            self.preparer: Preparer = preparer_of(self.settings, self.metrics, embedded=True)
+            self.preparer: Preparer = preparer_of(
+                self.settings, self.metrics, affinity_needed=False, headers_needed=False
+            )
         except ConfigError as exc:
             # vLLM builds its middleware at start: one line, then the start fails.
             print(f"gateway (embedded): {exc.message}", file=sys.stderr)
@@ -337,7 +338,7 @@ class EmbeddedGateway:
             client = httpx.AsyncClient(timeout=self.settings.connect_timeout_seconds)
             url = self.settings.control_url + "/metrics"
             poll = asyncio.get_running_loop().create_task(
-                self.control_poll.poll_forever(client, url, self.settings.thermal_poll_seconds)
+                poll_forever(self.control_poll, client, url, self.settings.thermal_poll_seconds)
             )
         try:
             await self.app(scope, receive, send)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.jsoncodec import dumps
+from gateway.core.jsoncodec import dumps
 
 # Most specific first: a timestamp contains a date and a clock time.
 BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (

@@ -1,0 +1,190 @@
+"""`create_app(settings, transport=…, upstream_client=…, registry=…)`: the standalone
+gateway's FastAPI app.
+
+Everything the app uses is built here from the settings and the injected
+client/transport/registry; nothing is built at import time and no state lives at
+module level.  `uvicorn gateway.app:create_app --factory` reads the settings
+from the environment.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry, ProcessCollector
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.core.control import ControlPoll
+from gateway.core.errors import (
+    ConfigError,
+    GatewayError,
+    MethodNotAllowed,
+    NotFound,
+    error_response,
+    rejection_reason,
+)
+from gateway.core.metrics import GatewayMetrics
+from gateway.core.prepare import Incoming, Preparer
+from gateway.core.routes import JSON_ROUTES
+from gateway.edge.build import admission_of, control_poll_of, preparer_of
+from gateway.edge.control_poll import poll_forever
+from gateway.standalone.middleware import HeaderLimits, RequestMetrics
+from gateway.standalone.openapi import json_route, plain_route
+from gateway.standalone.probes import Probes
+from gateway.standalone.proxy import ProxyDeps, ProxyResponse
+from gateway.standalone.replicas import ReplicaSet
+from gateway.standalone.settings import GatewaySettings, load_settings
+from gateway.standalone.upstream import (
+    Upstream,
+    UpstreamClient,
+    make_client,
+    make_upstream,
+    make_upstream_client,
+)
+
+__all__ = ["JSON_ROUTES", "create_app"]
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _settings_from_env() -> GatewaySettings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        print(f"gateway: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _lifespan(
+    client: httpx.AsyncClient,
+    upstream: Upstream,
+    settings: GatewaySettings,
+    poll: ControlPoll,
+) -> Callable[[FastAPI], Any]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as group:
+            period = settings.health_interval_seconds
+            group.start_soon(upstream.replicas.watch_forever, client, period)
+            if settings.control_url:
+                url = settings.control_url + "/metrics"
+                group.start_soon(poll_forever, poll, client, url, settings.thermal_poll_seconds)
+            yield
+            group.cancel_scope.cancel()
+        await upstream.client.aclose()
+        await client.aclose()
+
+    return lifespan
+
+
+def create_app(
+    settings: GatewaySettings | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    upstream_client: UpstreamClient | None = None,
+    registry: CollectorRegistry | None = None,
+) -> FastAPI:
+    """Build the gateway; raises `ConfigError` on unusable settings.
+
+    `upstream_client`: the data plane to vLLM (default aiohttp's, from the settings);
+    `transport`: under the control plane's httpx client (probes, health checks, the
+    control poll)."""
+    if settings is None:
+        settings = _settings_from_env()
+    if registry is None:
+        registry = CollectorRegistry()
+        ProcessCollector(registry=registry)
+    metrics = GatewayMetrics.create(registry)
+    metrics.concurrency_limit.set(settings.max_concurrency)
+    preparer = preparer_of(
+        settings, metrics, affinity_needed=len(settings.upstream_url) > 1, headers_needed=True
+    )
+    client = make_client(settings, transport)
+    replicas = ReplicaSet(
+        settings.upstream_url,
+        settings.replica_names,
+        metrics,
+        routing=settings.routing,
+        max_in_flight=settings.replica_max_in_flight,
+        timeout_misses=settings.health_timeout_misses,
+    )
+    if upstream_client is None:
+        upstream_client = make_upstream_client(settings)
+    upstream = make_upstream(settings, upstream_client, replicas)
+    admission = admission_of(settings)
+    deps = ProxyDeps(upstream, admission, metrics, settings.retry_after_seconds)
+    app = FastAPI(
+        title="sparkserve gateway",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=_lifespan(
+            client, upstream, settings, control_poll_of(settings, admission, metrics)
+        ),
+    )
+    _add_routes(app, preparer, deps)
+    Probes(settings, client, registry, replicas).add_to(app)
+    _add_error_handlers(app, metrics)
+    app.add_middleware(HeaderLimits, metrics=metrics)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    return app
+
+
+def _add_routes(app: FastAPI, preparer: Preparer, deps: ProxyDeps) -> None:
+    for path in JSON_ROUTES:
+        app.add_api_route(
+            path,
+            _json_handler(preparer, deps, path),
+            methods=["POST"],
+            openapi_extra=json_route(path),
+        )
+
+    async def models(request: Request) -> Response:
+        incoming = Incoming(request.scope, request.receive)
+        principal = preparer.principal(incoming)
+        return ProxyResponse(deps, preparer.plain(incoming, "/v1/models", principal))
+
+    app.add_api_route("/v1/models", models, methods=["GET"], openapi_extra=plain_route())
+
+
+def _json_handler(preparer: Preparer, deps: ProxyDeps, path: str) -> Handler:
+    async def handler(request: Request) -> Response:
+        incoming = Incoming(request.scope, request.receive)
+        principal = preparer.principal(incoming)
+        return ProxyResponse(deps, await preparer.json_call(incoming, path, principal))
+
+    handler.__name__ = "proxy_" + path.strip("/").replace("/", "_")
+    return handler
+
+
+def _add_error_handlers(app: FastAPI, metrics: GatewayMetrics) -> None:
+    async def gateway_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, GatewayError)
+        reason = rejection_reason(exc)
+        if reason is not None:
+            metrics.rejected.labels(reason).inc()
+        return error_response(exc)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        if status == 405:
+            return error_response(MethodNotAllowed(f"Method {request.method} is not allowed here."))
+        if status == 404:
+            return error_response(NotFound(f"No route {request.url.path}."))
+        error = GatewayError(str(getattr(exc, "detail", "")) or "Request failed.")
+        error.status_code = status
+        return error_response(error)
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        return error_response(GatewayError("Internal gateway error."))
+
+    app.add_exception_handler(GatewayError, gateway_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
