@@ -293,8 +293,8 @@ class PlanOptions:
         default=None,
         metadata=declare(
             parsers.switch,
-            "With --device cpu: the CPU has AVX512-BF16, so vLLM keeps GDN SSM state in "
-            "fp32. Unset: this machine's CPU.",
+            "With --device cpu: the CPU has AVX512-BF16, so vLLM keeps the SSM state of GDN "
+            "and Mamba-2 layers in fp32. Unset: this machine's CPU.",
             "yes|no",
             entrypoint=False,
         ),
