@@ -8,14 +8,16 @@ pre-flight, supervisor and warm-up, as in the container.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
+import json
 import os
 import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from budget.vllm_rules import has_cudagraph_metrics_flag
 from entrypoint.config import OPTIONS, EntrypointConfig, load_config
 from entrypoint.console import OWN_PREFIX, VLLM_PREFIX, Console
 from entrypoint.errors import DoesNotFitError, PreflightError
-from entrypoint.gpu_check import first_request, phases
+from entrypoint.gpu_check import first_request, phases, traces
 from entrypoint.gpu_check.compare import figures
 from entrypoint.gpu_check.launch import EntrypointProcess, free_port
 from entrypoint.gpu_check.models import model_dir
@@ -48,6 +50,12 @@ GRAPH_STATS_FLAG = "--cudagraph-metrics"
 STATS_INTERVAL_S = 1.0  # VLLM_LOG_STATS_INTERVAL for the child: its graph tables come quickly
 STATS_FLUSH_S = 3.0  # after the last request, for vLLM's last stats table
 REQUEST_TIMEOUT_S = 300.0
+# vLLM's torch profiler (config/profiler.py and serve/profile/api_router.py, 0.24 and
+# 0.32): --profiler-config turns on POST /start_profile and /stop_profile; a trace is
+# written per start/stop into torch_profiler_dir. Writing one can take a while.
+PROFILER_FLAG = "--profiler-config"
+PROFILE_DIR = "profile"
+PROFILE_TIMEOUT_S = 600.0
 LAST_LINES = 30
 CHECK_ENV = {
     "HF_HUB_OFFLINE": "1",  # a profile's model directory is all there is; no hub look-up
@@ -67,6 +75,8 @@ class CheckOptions:
     long_prompt_tokens: int | None = None
     ready_timeout_s: float = 3600.0
     seed: int = 0
+    # The first and the last round of each shape under vLLM's torch profiler.
+    profile: bool = False
 
 
 class NoGpuError(PreflightError):
@@ -108,6 +118,15 @@ def child_flags(options: CheckOptions, model: Path, environ: Mapping[str, str]) 
     version = planned_version(_given("vllm_version", flags, environ), installed_vllm_version())
     if version.version and has_cudagraph_metrics_flag(version.version):
         extra += [] if GRAPH_STATS_FLAG in extra else [GRAPH_STATS_FLAG]
+    if options.profile and not any(a.startswith(PROFILER_FLAG) for a in extra):
+        trace_dir = (options.out / PROFILE_DIR).resolve()
+        # No Python stacks: they multiply a trace's size and the time to write it.
+        config = {
+            "profiler": "torch",
+            "torch_profiler_dir": str(trace_dir),
+            "torch_profiler_with_stack": False,
+        }
+        extra += [PROFILER_FLAG, json.dumps(config, separators=(",", ":"))]
     if extra:
         flags["vllm_extra_args"] = shlex.join(extra)
     return flags
@@ -156,6 +175,11 @@ def measure(
 ) -> first_request.Run:
     ready_at = time.time()
     with httpx.Client(base_url=base_url(config), timeout=REQUEST_TIMEOUT_S) as client:
+        around = (
+            profiled_rounds(client, options.steady, options.out / PROFILE_DIR, mark)
+            if options.profile
+            else None
+        )
         run = first_request.measure(
             client,
             config.plan.served_model_name or SERVED_NAME,
@@ -164,9 +188,36 @@ def measure(
             ready_at,
             options.seed,
             sizes_for(plan, options),
+            around,
         )
     mark("first-request measurement done")
     return run
+
+
+def profiled_rounds(
+    client: httpx.Client, steady: int, trace_dir: Path, mark: Callable[[str], None]
+) -> first_request.Around:
+    """The first round (index 0) and the last (index `steady`) of each shape between
+    vLLM's /start_profile and /stop_profile: one trace each, named SHAPE.roundN.…
+    (entrypoint/gpu_check/traces.py compares them)."""
+
+    @contextlib.contextmanager
+    def around(shape: str, index: int) -> Iterator[None]:
+        if index not in (0, steady):
+            yield
+            return
+        before = traces.trace_files(trace_dir)
+        client.post("/start_profile", timeout=PROFILE_TIMEOUT_S).raise_for_status()
+        try:
+            yield
+        finally:
+            began = time.monotonic()
+            client.post("/stop_profile", timeout=PROFILE_TIMEOUT_S).raise_for_status()
+            took = time.monotonic() - began
+            named = traces.name_new_traces(trace_dir, before, shape, index)
+            mark(f"profiled {shape} round {index}: {len(named)} trace(s) in {took:.1f} s")
+
+    return around
 
 
 def read_log(log_path: Path) -> tuple[list[tuple[float, str]], list[str]]:
@@ -251,5 +302,6 @@ def outcome(
         first=first,
         graph_hits=read_graphs(plan, "\n".join(vllm_lines)) if state == READY else None,
         warmup=config.warmup,
+        profiled=options.profile,
         last_lines=[line for _, line in lines[-LAST_LINES:]],
     )

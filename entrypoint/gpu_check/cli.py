@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--ready-timeout-s", type=float, default=3600.0, metavar="S", help="launch → /ready (3600)"
     )
     own.add_argument("--seed", type=int, default=0, help="random prompt token ids (0)")
+    own.add_argument(
+        "--profile",
+        action="store_true",
+        help="the first and the last round of each shape under vLLM's torch profiler "
+        "(--profiler-config): traces in OUT/profile/, those rounds' times include the "
+        "profiler's overhead",
+    )
     for option in OPTIONS:  # python -m entrypoint's settings
         if option.planner or option.field in SERVING_FIELDS:
             add_option(parser, option)
@@ -103,11 +110,13 @@ def _options(args: argparse.Namespace) -> CheckOptions:
         long_prompt_tokens=args.long_prompt_tokens,
         ready_timeout_s=args.ready_timeout_s,
         seed=args.seed,
+        profile=args.profile,
     )
 
 
 def write_report(outcome: Outcome, out: Path) -> str:
     names = ["report.md", "report.json", "entrypoint.log", "vllm.log", "nvidia-smi.txt", "model"]
+    names.append("profile")
     files = [name for name in names if name.startswith("report") or (out / name).exists()]
     outcome = replace(outcome, files=files)
     text = render(outcome)

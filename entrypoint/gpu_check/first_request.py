@@ -21,13 +21,14 @@ any vLLM that serves the shapes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ DECODE_PROMPT_TOKENS = 64
 DECODE_TOKENS = 32
 TOKEN_IDS = (3, 1000)  # inside the tiny tokenizer's vocabulary, clear of its specials
 TIMEOUT_S = 300.0
+# Wraps one round: (shape, round index; 0 = the first request) → a context manager.
+Around = Callable[[str, int], contextlib.AbstractContextManager[None]]
 
 
 @dataclass(frozen=True)
@@ -254,16 +257,20 @@ def measure(
     ready_at: float,
     seed: int = 0,
     sizes: Sizes | None = None,
+    around: Around | None = None,
 ) -> Run:
     """Each shape first once (chat, long prompt, concurrent), then `steady` rounds of all
-    three; `client` is vLLM's (base URL and key set)."""
+    three; `client` is vLLM's (base URL and key set). `around(shape, index)` wraps each
+    round (index 0 is the first request), e.g. in vLLM's profiler."""
     sizes = sizes or Sizes()
     run = Run(label)
     shapes = Shapes(client, model, seed, sizes)
-    for _ in range(1 + steady):
+    for index in range(1 + steady):
         for shape in sizes.shapes:
             sent = time.time() - ready_at
-            run.rounds.append(Round(shape, sent, shapes.send(shape)))
+            with around(shape, index) if around else contextlib.nullcontext():
+                streams = shapes.send(shape)
+            run.rounds.append(Round(shape, sent, streams))
     return run
 
 

@@ -34,6 +34,7 @@ class Outcome:
     first: first_request.Run | None = None
     graph_hits: dict[str, Any] | None = None
     warmup: bool = True
+    profiled: bool = False  # first and last rounds under vLLM's torch profiler
     last_lines: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
@@ -84,6 +85,11 @@ def _first_rows(outcome: Outcome) -> list[str]:
         f"{first_request.FIRST_GAPS} inter-token gaps (worst stream); warm-up "
         f"{'on' if outcome.warmup else 'off'} ({target})."
     )
+    if outcome.profiled:
+        rows.append(
+            "The first and the last round of each shape ran under vLLM's torch profiler "
+            "(traces in `profile/`): their times include its overhead."
+        )
     return rows
 
 
@@ -168,6 +174,7 @@ def to_json(outcome: Outcome) -> str:
         "startup_phases_seconds": outcome.phases,
         "printed_seconds": outcome.printed,
         "warmup": outcome.warmup,
+        "profiled": outcome.profiled,
         "first_request": None if first is None else asdict(first),
         "first_request_summary": []
         if first is None

@@ -7,6 +7,7 @@ input ends in one line with exit 2."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from budget.planner import build_plan
 from entrypoint.cli import build_parser as entrypoint_parser
 from entrypoint.config import OPTIONS, load_config
 from entrypoint.errors import ConfigError
-from entrypoint.gpu_check import first_request
+from entrypoint.gpu_check import first_request, traces
 from entrypoint.gpu_check.check import CheckOptions, child_argv, child_flags, read_graphs, read_log
 from entrypoint.gpu_check.cli import exit_code, main
 from entrypoint.gpu_check.compare import DIFFERS, NOT_LOGGED, OK, all_within, figures
@@ -227,3 +228,31 @@ def test_argument_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "--steady: '0': must be an integer ≥ 1" in err and "--out" in err
+
+
+def test_traces_of_no_profiled_run_and_an_unreadable_trace_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert traces.main([str(tmp_path)]) == 2
+    assert "no SHAPE.roundN traces of two rounds (run the check with --profile)" in (
+        capsys.readouterr().err
+    )
+    for index in (0, 2):
+        (tmp_path / f"chat.round{index}.rank0.1.pt.trace.json.gz").write_bytes(b"not gzip")
+    assert traces.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "a trace cannot be read" in err and len(err.strip().splitlines()) == 1
+    assert traces.main([]) == 2
+
+
+def test_the_profiler_config_reaches_vllm_only_with_profile(tmp_path: Path) -> None:
+    def extra(profile: bool) -> str:
+        options = CheckOptions(out=tmp_path, flags={}, profile=profile)
+        flags = child_flags(options, tmp_path, {"SPARKSERVE_VLLM_VERSION": "0.24.0"})
+        return flags.get("vllm_extra_args", "")
+
+    assert "--profiler-config" not in extra(False)
+    shown = extra(True)
+    config = json.loads(shlex.split(shown)[shlex.split(shown).index("--profiler-config") + 1])
+    assert config["profiler"] == "torch" and config["torch_profiler_with_stack"] is False
+    assert config["torch_profiler_dir"] == str((tmp_path / "profile").resolve())

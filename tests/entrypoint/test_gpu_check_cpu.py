@@ -27,6 +27,7 @@ def test_the_check_runs_on_vllm_cpu(tiny_model_dir: Path, tmp_path: Path) -> Non
         "--model", str(tiny_model_dir), "--max-model-len", "4096", "--max-num-seqs", "4",
         "--max-num-batched-tokens", "512", "--kv-cache-memory-bytes", "256M",
         "--vllm-extra-args=--enforce-eager", "--steady", "2", "--stop-grace-seconds", "20",
+        "--profile",
     ]  # fmt: skip
     done = subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S + 300
@@ -46,3 +47,15 @@ def test_the_check_runs_on_vllm_cpu(tiny_model_dir: Path, tmp_path: Path) -> Non
     assert text in done.stdout  # printed as written
     assert "CPU KV cache size" in (out / "vllm.log").read_text()
     assert "--load-format dummy" in report["command"]
+    # --profile: the first and the last round of each shape, one engine trace each
+    assert report["profiled"] and "ran under vLLM's torch profiler" in text
+    assert "--profiler-config" in report["command"]
+    engine = sorted(p.name.split(".rank0.")[0] for p in (out / "profile").glob("*.rank0.*.json.gz"))
+    assert engine == [f"{shape}.round{n}" for shape in sorted(shapes) for n in (0, 2)]
+    tables = subprocess.run(
+        [sys.executable, "-m", "entrypoint.gpu_check.traces", str(out / "profile")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert tables.returncode == 0, tables.stderr
+    for shape in shapes:
+        assert f"### {shape}: first round against the last (host time, ms)" in tables.stdout
