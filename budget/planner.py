@@ -10,7 +10,7 @@ from budget.errors import BudgetError
 from budget.options import HostFacts, PlanOptions
 from budget.plan import Plan, plan_for
 from budget.profiles import ModelProfile, load_model, load_model_dir
-from budget.settings import resolve
+from budget.settings import Settings, resolve
 from budget.speculative import from_config
 from budget.split import choose_split
 from budget.vllm_refusals import check_refusals
@@ -38,9 +38,22 @@ def build_plan(
     """Resolve the options, size everything, and add suggestions when it does not fit.
     `host` is what the caller probed of the machine (`budget.host.probe_host`);
     `read_weights` off (vLLM's `--load-format dummy`) sizes weights from config.json."""
+    profile, settings = resolve_options(options, host, read_weights)
+    return finish_plan(profile, settings, options)
+
+
+def resolve_options(
+    options: PlanOptions, host: HostFacts | None = None, read_weights: bool = True
+) -> tuple[ModelProfile, Settings]:
+    """The model profile and the resolved settings (what `build_plan` plans)."""
     profile = load_model(options.model, read_weights)
     drafter = load_drafter(options, read_weights)
-    settings = resolve(options, profile, host or HostFacts(), drafter)
+    return profile, resolve(options, profile, host or HostFacts(), drafter)
+
+
+def finish_plan(profile: ModelProfile, settings: Settings, options: PlanOptions) -> Plan:
+    """The plan for resolved settings, its split across nodes, refusals, warnings and,
+    when it does not fit, what to change."""
     if settings.nodes > 1 and options.tp is None and options.pp is None:
         plan = choose_split(profile, settings, options.mtp_acceptance)
     else:

@@ -59,6 +59,9 @@ class Settings:
     draft: ModelProfile | None = None  # the drafter's directory (EAGLE, DFlash, draft model)
     # Off: --disable-hybrid-kv-cache-manager (sliding layers allocated as full attention).
     hybrid_kv_cache_manager: bool = True
+    # vLLM's --runner: "generate" (chat), or "pooling" for an embedding model (a stack's
+    # `role = "embedding"`, budget/stack.py): no lm_head, no sampler, no drafter.
+    runner: str = "generate"
 
     @property
     def draft_method(self) -> str:
