@@ -147,10 +147,11 @@ def _strings(node: ast.AST) -> list[str]:
 def record_hf_config_override(tree: ast.Module) -> list[dict[str, Any]]:
     """Each top-level `if` of hf_config_override about a Qwen3-Next or Qwen3.5 model type:
     the model types it tests, the model type it sets, the drafter architectures it names."""
-    functions = [
-        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "hf_config_override"
+    (function,) = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef) and n.name == "hf_config_override"
     ]
-    (function,) = functions
     branches: list[dict[str, Any]] = []
     for node in function.body:
         if not isinstance(node, ast.If):
