@@ -166,7 +166,7 @@ def record_hf_config_override(tree: ast.Module) -> list[dict[str, Any]]:
                 and ast.unparse(statement.targets[0]) == "hf_config.model_type"
                 and isinstance(statement.value, ast.Constant)
             ):
-                sets = statement.value.value
+                sets = str(statement.value.value)
         named = sorted({s for s in _strings(ast.Module(node.body, [])) if s.endswith("MTP")})
         branches.append({"model_types": tested, "sets_model_type": sets, "architectures": named})
     return branches
