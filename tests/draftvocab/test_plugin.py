@@ -133,7 +133,10 @@ def test_each_replacement_is_a_subclass_of_vllms_drafter_where_vllm_can_import_i
 # What the plugin's per-release mapping (plugin.RELEASES) is checked against: the names
 # recorded, with ast and no import, from each release's source (fixtures/README.md).
 FIXTURES = Path(__file__).parent / "fixtures"
-WHEEL_0_24 = Path("/work/bundle/dl/vllm-0.24.0-cp38-abi3-manylinux_2_28_x86_64.whl")
+# `pip download --no-deps vllm==0.24.0` puts it where VLLM_0_24_WHEEL points.
+WHEEL_0_24 = Path(
+    os.environ.get("VLLM_0_24_WHEEL", "vllm-0.24.0-cp38-abi3-manylinux_2_28_x86_64.whl")
+)
 INSTALLED_VLLM = Path(vllm.__file__).parent
 # Each target's model type (transformers' config classes: Qwen3NextConfig, Qwen3_5TextConfig,
 # Qwen3_5MoeTextConfig, Qwen3_5Config, Qwen3_5MoeConfig), which hf_config_override tests.
@@ -223,7 +226,7 @@ def test_the_0_32_fixture_is_the_installed_vllm_recorded_again():
 
 def test_the_0_24_fixture_is_the_wheel_recorded_again():
     if not WHEEL_0_24.is_file():
-        pytest.skip(f"{WHEEL_0_24} is not here")
+        pytest.skip(f"{WHEEL_0_24} is not here (VLLM_0_24_WHEEL names the vllm==0.24.0 wheel)")
     again = record_source(WHEEL_0_24)
     assert again["recorded_from"]["sha256"] == _names("0.24.0")["recorded_from"]["sha256"]
     assert _without_origin(again) == _without_origin(_names("0.24.0"))
