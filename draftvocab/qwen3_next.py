@@ -1,5 +1,6 @@
 """Qwen3-Next's MTP drafter with the reduced head of `python -m draftvocab` (loaded by the
-plugin, never imported otherwise: it imports vLLM's model classes)."""
+plugin, never imported otherwise: it imports vLLM's model classes). vLLM 0.24.0 and 0.32.0
+name the base class, and the methods overridden here, alike (draftvocab/plugin.py RELEASES)."""
 
 from __future__ import annotations
 

@@ -23,10 +23,8 @@ from budget.safetensors_headers import read_checkpoint
 from budget.units import GiB
 from draftvocab.plugin import (
     DRAFT_VOCAB_ARCHITECTURES,
-    SERVED_DRAFTERS,
-    TARGET_DRAFTERS,
     UnsupportedVLLMError,
-    check_version,
+    release,
 )
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
@@ -153,7 +151,8 @@ def _draft_vocab_in(plan: Plan, directory: str | None) -> int | None:
 def check_draft_vocab(config: EntrypointConfig, plan: Plan) -> str | None:
     """A reduced draft vocabulary (draftvocab/): the checkpoint has one exactly when the
     plan does, and vLLM's plugin serves it for this vLLM and model. Returns a warning
-    when the plugin's drafter for this model has never been served by a real vLLM."""
+    when the plugin's drafter for this model has never been served by a real vLLM of
+    this release."""
     rows = plan.settings.draft_vocab_rows
     directory = plan.model_dir or config.weights
     found = _draft_vocab_in(plan, directory)
@@ -170,22 +169,29 @@ def check_draft_vocab(config: EntrypointConfig, plan: Plan) -> str | None:
             f"SPARKSERVE_DRAFT_VOCAB: the plugin serves a reduced draft vocabulary for "
             f"{', '.join(DRAFT_VOCAB_ARCHITECTURES)} only, not {plan.model.architecture}"
         )
+    version = plan.settings.vllm.version
     try:  # the vLLM the plan is for: the installed one unless SPARKSERVE_VLLM_VERSION says
-        check_version(plan.settings.vllm.version)
+        mapping = release(version)
     except UnsupportedVLLMError as exc:
         raise PreflightError(str(exc)) from None
+    if plan.model.architecture not in mapping.targets:
+        raise PreflightError(
+            f"SPARKSERVE_DRAFT_VOCAB: vLLM {version} builds no MTP drafter the plugin "
+            f"replaces for {plan.model.architecture}; on it the plugin serves "
+            f"{', '.join(mapping.targets)}"
+        )
     if directory is not None and Path(directory).is_dir() and found != rows:
         raise PreflightError(
             f"SPARKSERVE_DRAFT_VOCAB plans {rows} draft rows, but {directory}/config.json has "
             f"draft_vocab_size={found}: make the reduced head with python -m draftvocab"
         )
-    drafter = TARGET_DRAFTERS[plan.model.architecture]
-    if drafter in SERVED_DRAFTERS:
+    drafter = mapping.targets[plan.model.architecture]
+    if drafter in mapping.served:
         return None
     return (
         f"warning: the draft-vocab plugin's {drafter} drafter has never been served by a "
-        "real vLLM, only checked without a load (docs/draft-vocab.md): compare its first "
-        "answers with SPARKSERVE_DRAFT_VOCAB=off"
+        f"real vLLM {version}, only checked without a load (docs/draft-vocab.md): compare "
+        "its first answers with SPARKSERVE_DRAFT_VOCAB=off"
     )
 
 

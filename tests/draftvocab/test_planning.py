@@ -147,7 +147,7 @@ def test_the_qwen3_next_drafter_served_on_vllm_cpu_passes_without_a_warning(redu
     assert check_draft_vocab(config, build_plan(config.plan)) is None
 
 
-@pytest.mark.parametrize("version", ["0.24.0", "0.33.0", "0.32.1"])
+@pytest.mark.parametrize("version", ["0.25.0", "0.31.0", "0.33.0", "0.32.1"])
 def test_the_plugin_refuses_vllm_releases_it_was_not_tested_on(version):
     with pytest.raises(plugin.UnsupportedVLLMError, match=f"this is vLLM {version}"):
         plugin.check_version(version)
@@ -171,6 +171,21 @@ def test_a_profile_without_rows_of_its_own_takes_the_articles_65536():
 
 
 def test_a_vllm_the_plugin_was_not_tested_on_is_refused_at_pre_flight(reduced):
+    config = _config(reduced, SPARKSERVE_VLLM_VERSION="0.25.0")
+    with pytest.raises(PreflightError, match="needs vLLM 0.24.0, 0.32.0 .* this is vLLM 0.25.0"):
+        check_draft_vocab(config, build_plan(config.plan))
+
+
+def test_on_vllm_0_24_the_qwen3_next_drafter_passes_with_a_warning(reduced):
+    """Its 0.24.0 support was read from the wheel's source, never served."""
     config = _config(reduced, SPARKSERVE_VLLM_VERSION="0.24.0")
-    with pytest.raises(PreflightError, match="needs vLLM 0.32.0 .* this is vLLM 0.24.0"):
+    warning = check_draft_vocab(config, build_plan(config.plan))
+    assert warning and "Qwen3NextMTP drafter has never been served by a real vLLM 0.24.0" in warning
+
+
+def test_on_vllm_0_24_a_text_only_qwen3_5_target_is_refused(tmp_path):
+    """vLLM 0.24.0 has no Qwen3_5ForCausalLM, and builds no MTP drafter for it."""
+    model = _reduced(tmp_path, "Qwen3_5ForCausalLM")
+    config = _config(model, SPARKSERVE_DRAFT_VOCAB="on", SPARKSERVE_VLLM_VERSION="0.24.0")
+    with pytest.raises(PreflightError, match="vLLM 0.24.0 builds no MTP drafter .* for Qwen3_5Fo"):
         check_draft_vocab(config, build_plan(config.plan))
