@@ -41,8 +41,9 @@ def check_allowed(model: str | None, allowed: frozenset[str] | None) -> None:
 
 
 def choose(model: str | None, served: Collection[str], allowed: frozenset[str] | None) -> str:
-    """The served model a request goes to: its `model`, or the only one served (the
-    key's only one) when it names none; `ModelNotFound` listing what the key may use."""
+    """The served model a request goes to: its `model`, or the only one served when it
+    names none; `ModelNotFound` listing what the key may use.  (A key limited to
+    models was already refused a request naming none, by `check_allowed`.)"""
     usable = [name for name in served if allowed is None or name in allowed]
     if model is None and len(usable) == 1:
         return usable[0]
