@@ -27,6 +27,7 @@ from gateway.standalone.settings import load_settings
 from tests.gateway.conftest import ALICE_KEY, BOB_KEY, MakeSettings, auth
 from tests.gateway.fake_vllm import FakeVLLM
 from tests.gateway.server import serve
+from tests.gateway.test_admission_http import Control, _wait_for
 
 CAROL_KEY = "sk-carol-0123456789"  # may use `chat` only
 KEYS = f"alice:{ALICE_KEY},bob:{BOB_KEY},carol@chat:{CAROL_KEY}"
@@ -414,3 +415,34 @@ def test_readyz_is_ready_when_every_model_is(
     assert answers[1].status_code == 503
     assert answers[1].json()["models"]["embed"]["status"] == "unavailable"
     assert _sample(registry, "gateway_upstream_healthy", replica="embed/0") == 0
+
+
+def test_a_models_control_endpoint_drives_only_that_models_admission(
+    make_settings: MakeSettings, registry: CollectorRegistry
+) -> None:
+    """chat's entrypoint runs hot and short of memory: chat's limit halves and its new
+    requests get 503; embed (no control endpoint) keeps its limit and serves."""
+    control = Control(celsius=90, ready=True, memory_low=1)
+    overrides = {
+        "max_concurrency": 8,
+        "thermal_threshold_celsius": 85,
+        "thermal_poll_seconds": 0.02,
+    }
+    with serve(control.app()) as control_url:
+        fakes = {"chat": [FakeVLLM()], "embed": [FakeVLLM()]}
+        with _models_gateway(
+            make_settings,
+            registry,
+            fakes,
+            model_control_urls=f"chat={control_url}",
+            **overrides,
+        ) as url:
+            assert _wait_for(registry, 4 + 8)  # chat throttled to 4, embed at 8
+            assert _wait_for(registry, 1, "gateway_memory_low")
+            chat = httpx.post(f"{url}/v1/chat/completions", json=_chat("chat"), headers=auth())
+            embed = httpx.post(f"{url}/v1/chat/completions", json=_chat("embed"), headers=auth())
+            ready = httpx.get(f"{url}/readyz").json()["models"]
+    assert chat.status_code == 503 and chat.json()["error"]["code"] == "memory_low"
+    assert embed.status_code == 200
+    assert ready["chat"] == {"status": "ready"}  # its control endpoint's /ready
+    assert ready["embed"]["replicas"] == {"embed/0": "healthy"}
