@@ -28,6 +28,8 @@ def _default(field: FieldInfo) -> str:
     extra = field.json_schema_extra
     if field.is_required() or (isinstance(extra, dict) and "required_unless" in extra):
         return "required"
+    if field.default_factory in (list, dict):
+        return "unset"  # an empty list or mapping
     if field.default_factory is not None:
         return "computed"
     value = field.get_default()
