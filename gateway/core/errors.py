@@ -68,6 +68,16 @@ class NotFound(GatewayError):
     code = "not_found"
 
 
+class ModelNotFound(NotFound):
+    """The request's `model` is not served here, or its key may not use it."""
+
+    code = "model_not_found"
+
+    def body(self) -> bytes:
+        error = {"message": self.message, "type": self.error_type, "param": "model"}
+        return json.dumps({"error": {**error, "code": self.code}}).encode()
+
+
 class MethodNotAllowed(GatewayError):
     status_code = 405
     error_type = "invalid_request_error"
@@ -142,6 +152,7 @@ _REASONS: tuple[tuple[type[GatewayError], str], ...] = (
     (Unauthorized, "unauthorized"),
     (BodyTooLarge, "body_too_large"),
     (HeadersTooLarge, "headers_too_large"),
+    (ModelNotFound, "model_not_found"),
     (BadRequest, "bad_request"),
 )
 

@@ -31,6 +31,8 @@ class Forward:
     drop_usage: bool = False
     generation: bool = False
     affinity: bytes | None = None
+    # The request body's `model` (a string), which picks the model's replicas.
+    model: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     # Work the request does not wait for (the prefix divergence of its session): run by

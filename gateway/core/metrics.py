@@ -12,7 +12,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -155,12 +155,19 @@ class LoopMetric(Collector):
         yield family
 
 
+class SettableGauge(Protocol):
+    """What the thermal guard and the memory gate set: a gauge, or one model's share of
+    one (the standalone gateway's several models, gateway/standalone/models.py)."""
+
+    def set(self, value: float) -> None: ...
+
+
 @dataclass(frozen=True)
 class GatewayMetrics:
     requests: LoopMetric
     in_flight: LoopMetric
-    concurrency_limit: Gauge
-    memory_low: Gauge
+    concurrency_limit: SettableGauge
+    memory_low: SettableGauge
     queue_wait: EventHistogram
     ttft: EventHistogram
     inter_token_latency: EventHistogram

@@ -22,6 +22,7 @@ from gateway.core.forward import Forward
 from gateway.core.headers import forward_headers, headers_error
 from gateway.core.layout import VolatileMatcher, rewrite_chat
 from gateway.core.metrics import GatewayMetrics
+from gateway.core.models import check_allowed, requested_model
 from gateway.core.routing import affinity_key
 from gateway.core.tenancy import Authenticator, Principal, SaltMaker
 
@@ -105,6 +106,8 @@ class Preparer:
     async def json_call(self, request: Incoming, path: str, principal: Principal) -> Forward:
         parsed = parse_json(await read_body(request, self.max_body_bytes))
         body: dict[str, Any] = parsed.value
+        model = requested_model(body)
+        check_allowed(model, principal.models)
         extra: dict[str, str] = {}
         after = None
         if path == "/v1/chat/completions":
@@ -129,6 +132,7 @@ class Preparer:
             generation=path in GENERATION_ROUTES,
             extra_headers=extra,
             affinity=affinity_key(path, body) if self.affinity_needed else None,
+            model=model,
             after=after,
         )
 

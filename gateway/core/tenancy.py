@@ -1,7 +1,9 @@
 """API keys, tenants and per-tenant prefix-cache salts.
 
-A key entry is `key` or `tenant:key`; a bare key is its own tenant, named by a
-short hash of the key (never the key).  Keys are compared in constant time.
+A key entry is `key` or `tenant:key`, or `tenant@model|model:key` for a key that
+may use only those models (`@model|model:key`: a bare key so limited); a bare key is
+its own tenant, named by a short hash of the key (never the key).  Keys are compared
+in constant time.
 Each tenant (or each shared cache group) gets `cache_salt = HMAC(secret, name)`,
 so one tenant cannot probe another's cached prompts by timing; a client's own
 `cache_salt` is folded into its tenant's, never replacing it.  The key file and
@@ -17,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.core.errors import BadRequest, ConfigError, Unauthorized
+from gateway.core.models import MODEL_NAME
 
 ANONYMOUS = "anonymous"
 # vllm/entrypoints/generate/base/protocol.py: validate_cache_salt
@@ -26,10 +29,12 @@ _TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 @dataclass(frozen=True)
 class Principal:
-    """Who sent a request: the tenant (a metric label) and a key id (admission)."""
+    """Who sent a request: the tenant (a metric label), a key id (admission) and the
+    models its key may use (None: any)."""
 
     tenant: str
     key_id: str
+    models: frozenset[str] | None = None
 
 
 def _digest(value: str) -> bytes:
@@ -42,14 +47,34 @@ def _tenant_of_bare_key(key: str) -> str:
 
 def parse_key_entry(entry: str) -> tuple[str, str]:
     """`key` or `tenant:key` → (tenant, key); the error never shows the key."""
-    tenant, sep, key = entry.strip().partition(":")
+    tenant, key, _ = parse_key_spec(entry)
+    return tenant, key
+
+
+def parse_key_spec(entry: str) -> tuple[str, str, frozenset[str] | None]:
+    """`key`, `tenant:key`, `tenant@m1|m2:key` or `@m1|m2:key` → (tenant, key, the
+    models the key may use or None for any); the error never shows the key."""
+    head, sep, key = entry.strip().partition(":")
     if not sep:
-        key, tenant = tenant, _tenant_of_bare_key(tenant)
+        key, head = head, _tenant_of_bare_key(head)
+    tenant, at, listed = head.partition("@")
+    models: frozenset[str] | None = None
+    if at:
+        names = [name.strip() for name in listed.split("|")]
+        bad = [name for name in names if not MODEL_NAME.match(name)]
+        if bad:
+            raise ConfigError(
+                f"API key entry {head!r}: model name {bad[0]!r} must match {MODEL_NAME.pattern} "
+                "(`tenant@model|model:key`)"
+            )
+        models = frozenset(names)
+        if not tenant and key:
+            tenant = _tenant_of_bare_key(key)
     if not key:
         raise ConfigError(f"API key entry for tenant {tenant!r} has an empty key")
     if not _TENANT_NAME.match(tenant):
         raise ConfigError(f"tenant name {tenant!r} must match {_TENANT_NAME.pattern}")
-    return tenant, key
+    return tenant, key, models
 
 
 class KeyTable:
@@ -58,9 +83,9 @@ class KeyTable:
     def __init__(self, entries: Iterable[str]) -> None:
         self._keys: list[tuple[bytes, Principal]] = []
         for entry in entries:
-            tenant, key = parse_key_entry(entry)
+            tenant, key, models = parse_key_spec(entry)
             digest = _digest(key)
-            self._keys.append((digest, Principal(tenant, digest.hex()[:12])))
+            self._keys.append((digest, Principal(tenant, digest.hex()[:12], models)))
 
     def __len__(self) -> int:
         return len(self._keys)

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 import httpx
-
-from gateway.core.control import ControlPoll
 
 log = logging.getLogger("gateway.control")
 
 
-async def poll_forever(
-    poll: ControlPoll, client: httpx.AsyncClient, url: str, period_s: float
-) -> None:
+class Applies(Protocol):
+    """What a reading of the control `/metrics` is applied to (`ControlPoll`)."""
+
+    def apply(self, metrics_text: str) -> None: ...
+
+
+async def poll_forever(poll: Applies, client: httpx.AsyncClient, url: str, period_s: float) -> None:
     while True:
         try:
             response = await client.get(url)

@@ -2,16 +2,19 @@
 read from `GATEWAY_*` environment variables: the shared slice
 (gateway/edge/settings.py) plus the bypass token and the passthrough paths.  There is
 no upstream to name: the standalone gateway's variables about the upstream
-connection, replicas, host and port are ignored (vLLM's own flags set the listener).
+connection, replicas, host and port are ignored (vLLM's own flags set the listener),
+but for `GATEWAY_MODELS`, which is refused: several models need the standalone gateway.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
+from gateway.core.errors import ConfigError
 from gateway.edge.settings import CommonSettings, empty_is_unset, load_as, split_list
 
 # vLLM's paths the embedded gateway passes on to a keyed client by default: read-only,
@@ -57,5 +60,11 @@ class EmbeddedSettings(CommonSettings):
 
 def load_embedded_settings(**overrides: Any) -> EmbeddedSettings:
     """The embedded gateway's `GATEWAY_*` settings (plus `overrides`); one-line
-    `ConfigError` if bad."""
+    `ConfigError` if bad.  `GATEWAY_MODELS` (the standalone gateway's several models) is
+    refused: the embedded gateway serves only the model of the vLLM it runs in."""
+    if os.environ.get("GATEWAY_MODELS", "").strip():
+        raise ConfigError(
+            "GATEWAY_MODELS is set: the embedded gateway serves only the model of the vLLM it "
+            "runs in; unset it, or serve several models with python -m gateway"
+        )
     return load_as(EmbeddedSettings, **overrides)

@@ -35,15 +35,15 @@ from gateway.core.metrics import GatewayMetrics
 from gateway.core.prepare import Incoming, Preparer
 from gateway.core.routes import JSON_ROUTES
 from gateway.edge.build import admission_of, control_poll_of, preparer_of
-from gateway.edge.control_poll import poll_forever
+from gateway.edge.control_poll import Applies, poll_forever
 from gateway.standalone.middleware import HeaderLimits, RequestMetrics
+from gateway.standalone.models import ModelDeps, ModelRoutes, model_metrics
 from gateway.standalone.openapi import json_route, plain_route
 from gateway.standalone.probes import Probes
 from gateway.standalone.proxy import ProxyDeps, ProxyResponse
 from gateway.standalone.replicas import ReplicaSet
 from gateway.standalone.settings import GatewaySettings, load_settings
 from gateway.standalone.upstream import (
-    Upstream,
     UpstreamClient,
     make_client,
     make_upstream,
@@ -65,24 +65,38 @@ def _settings_from_env() -> GatewaySettings:
 
 def _lifespan(
     client: httpx.AsyncClient,
-    upstream: Upstream,
+    upstream_client: UpstreamClient,
     settings: GatewaySettings,
-    poll: ControlPoll,
+    models: ModelRoutes,
+    polls: dict[str, list[ControlPoll]],
 ) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with anyio.create_task_group() as group:
             period = settings.health_interval_seconds
-            group.start_soon(upstream.replicas.watch_forever, client, period)
-            if settings.control_url:
-                url = settings.control_url + "/metrics"
+            for model in models.models:
+                group.start_soon(model.deps.upstream.replicas.watch_forever, client, period)
+            for control_url, applied in polls.items():
+                url = control_url + "/metrics"
+                poll: Applies = applied[0] if len(applied) == 1 else ControlPolls(applied)
                 group.start_soon(poll_forever, poll, client, url, settings.thermal_poll_seconds)
             yield
             group.cancel_scope.cancel()
-        await upstream.client.aclose()
+        await upstream_client.aclose()
         await client.aclose()
 
     return lifespan
+
+
+class ControlPolls:
+    """One control endpoint's reading applied to every model that uses it."""
+
+    def __init__(self, polls: list[ControlPoll]) -> None:
+        self.polls = polls
+
+    def apply(self, metrics_text: str) -> None:
+        for poll in self.polls:
+            poll.apply(metrics_text)
 
 
 def create_app(
@@ -104,44 +118,64 @@ def create_app(
         ProcessCollector(registry=registry)
     metrics = GatewayMetrics.create(registry)
     metrics.concurrency_limit.set(settings.max_concurrency)
+    upstreams = settings.model_upstreams()
     preparer = preparer_of(
-        settings, metrics, affinity_needed=len(settings.upstream_url) > 1, headers_needed=True
+        settings,
+        metrics,
+        affinity_needed=any(len(m.urls) > 1 for m in upstreams),
+        headers_needed=True,
     )
     client = make_client(settings, transport)
-    replicas = ReplicaSet(
-        settings.upstream_url,
-        settings.replica_names,
-        metrics,
-        routing=settings.routing,
-        max_in_flight=settings.replica_max_in_flight,
-        timeout_misses=settings.health_timeout_misses,
-    )
     if upstream_client is None:
         upstream_client = make_upstream_client(settings)
-    upstream = make_upstream(settings, upstream_client, replicas)
-    admission = admission_of(settings)
-    deps = ProxyDeps(upstream, admission, metrics, settings.retry_after_seconds)
+    several = upstreams[0].name is not None
+    views = (
+        model_metrics(metrics, [str(m.name) for m in upstreams], settings.max_concurrency)
+        if several
+        else {}
+    )
+    models: list[ModelDeps] = []
+    polls: dict[str, list[ControlPoll]] = {}
+    for model in upstreams:
+        replicas = ReplicaSet(
+            model.urls,
+            model.replica_names,
+            metrics,
+            routing=settings.routing,
+            max_in_flight=settings.replica_max_in_flight,
+            timeout_misses=settings.health_timeout_misses,
+        )
+        upstream = make_upstream(settings, upstream_client, replicas)
+        admission = admission_of(settings)
+        deps = ProxyDeps(upstream, admission, metrics, settings.retry_after_seconds)
+        models.append(ModelDeps(model.name, deps, model.control_url))
+        if model.control_url:
+            view = views.get(str(model.name), metrics)
+            polls.setdefault(model.control_url, []).append(
+                control_poll_of(settings, admission, view)
+            )
+    routes = ModelRoutes(models)
     app = FastAPI(
         title="sparkserve gateway",
         docs_url=None,
         redoc_url=None,
-        lifespan=_lifespan(
-            client, upstream, settings, control_poll_of(settings, admission, metrics)
-        ),
+        lifespan=_lifespan(client, upstream_client, settings, routes, polls),
     )
-    _add_routes(app, preparer, deps)
-    Probes(settings, client, registry, replicas).add_to(app)
+    _add_routes(app, preparer, routes, client)
+    Probes(settings, client, registry, routes).add_to(app)
     _add_error_handlers(app, metrics)
     app.add_middleware(HeaderLimits, metrics=metrics)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 
 
-def _add_routes(app: FastAPI, preparer: Preparer, deps: ProxyDeps) -> None:
+def _add_routes(
+    app: FastAPI, preparer: Preparer, routes: ModelRoutes, client: httpx.AsyncClient
+) -> None:
     for path in JSON_ROUTES:
         app.add_api_route(
             path,
-            _json_handler(preparer, deps, path),
+            _json_handler(preparer, routes, path),
             methods=["POST"],
             openapi_extra=json_route(path),
         )
@@ -149,16 +183,20 @@ def _add_routes(app: FastAPI, preparer: Preparer, deps: ProxyDeps) -> None:
     async def models(request: Request) -> Response:
         incoming = Incoming(request.scope, request.receive)
         principal = preparer.principal(incoming)
-        return ProxyResponse(deps, preparer.plain(incoming, "/v1/models", principal))
+        if routes.several:
+            return await routes.list_models(client, principal)
+        forward = preparer.plain(incoming, "/v1/models", principal)
+        return ProxyResponse(routes.models[0].deps, forward)
 
     app.add_api_route("/v1/models", models, methods=["GET"], openapi_extra=plain_route())
 
 
-def _json_handler(preparer: Preparer, deps: ProxyDeps, path: str) -> Handler:
+def _json_handler(preparer: Preparer, routes: ModelRoutes, path: str) -> Handler:
     async def handler(request: Request) -> Response:
         incoming = Incoming(request.scope, request.receive)
         principal = preparer.principal(incoming)
-        return ProxyResponse(deps, await preparer.json_call(incoming, path, principal))
+        forward = await preparer.json_call(incoming, path, principal)
+        return ProxyResponse(routes.deps_for(forward), forward)
 
     handler.__name__ = "proxy_" + path.strip("/").replace("/", "_")
     return handler

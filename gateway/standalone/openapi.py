@@ -29,6 +29,7 @@ _ERROR = {
 ERROR_STATUSES = {
     "400": "malformed JSON or a bad cache_salt",
     "401": "missing or invalid API key",
+    "404": "model not served here or not for the key (model_not_found)",
     "413": "body over GATEWAY_MAX_BODY_BYTES",
     "431": "too many or too large request headers",
     "429": "admission queue full or wait timed out (Retry-After)",

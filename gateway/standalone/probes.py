@@ -2,17 +2,23 @@
 
 Without `GATEWAY_CONTROL_URL`, `/readyz` checks every replica's `/health` now
 (updating their health as the background check does) and is ready when at
-least one answers 200.
+least one answers 200.  With several models (GATEWAY_MODELS) each model is checked
+so, by its own control endpoint (GATEWAY_MODEL_CONTROL_URLS, else
+GATEWAY_CONTROL_URL) or else its replicas, and the gateway is ready when every model
+is; the body says each model's state.
 """
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.responses import JSONResponse, Response
 
-from gateway.standalone.replicas import ReplicaSet
+from gateway.standalone.models import ModelDeps, ModelRoutes
 from gateway.standalone.settings import GatewaySettings
 
 PROBE_TIMEOUT_SECONDS = 5.0
@@ -24,33 +30,48 @@ class Probes:
         settings: GatewaySettings,
         client: httpx.AsyncClient,
         registry: CollectorRegistry,
-        replicas: ReplicaSet,
+        models: ModelRoutes,
     ) -> None:
         self._client = client
         self._registry = registry
-        self._replicas = replicas
-        self.control_ready_url = settings.control_url + "/ready" if settings.control_url else None
+        self._models = models
 
     async def healthz(self) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def readyz(self) -> Response:
-        if self.control_ready_url is None:
-            return await self._replicas_ready()
-        try:
-            answer = await self._client.get(self.control_ready_url, timeout=PROBE_TIMEOUT_SECONDS)
-        except httpx.HTTPError as exc:
-            return JSONResponse({"status": "unavailable", "reason": type(exc).__name__}, 503)
-        if answer.status_code != 200:
-            return JSONResponse({"status": "not ready", "upstream_status": answer.status_code}, 503)
-        return JSONResponse({"status": "ready"})
+        if not self._models.several:
+            body, ready = await self._ready(self._models.models[0])
+            return JSONResponse(body, 200 if ready else 503)
+        states = await asyncio.gather(*(self._ready(m) for m in self._models.models))
+        ready = all(ok for _, ok in states)
+        models = {
+            str(m.name): body for m, (body, _) in zip(self._models.models, states, strict=True)
+        }
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready", "models": models}, 200 if ready else 503
+        )
 
-    async def _replicas_ready(self) -> Response:
-        states = await self._replicas.check_all(self._client, PROBE_TIMEOUT_SECONDS)
+    async def _ready(self, model: ModelDeps) -> tuple[dict[str, Any], bool]:
+        if model.control_url is None:
+            return await self._replicas_ready(model)
+        try:
+            answer = await self._client.get(
+                model.control_url + "/ready", timeout=PROBE_TIMEOUT_SECONDS
+            )
+        except httpx.HTTPError as exc:
+            return {"status": "unavailable", "reason": type(exc).__name__}, False
+        if answer.status_code != 200:
+            return {"status": "not ready", "upstream_status": answer.status_code}, False
+        return {"status": "ready"}, True
+
+    async def _replicas_ready(self, model: ModelDeps) -> tuple[dict[str, Any], bool]:
+        replica_set = model.deps.upstream.replicas
+        states = await replica_set.check_all(self._client, PROBE_TIMEOUT_SECONDS)
         replicas = {name: "healthy" if ok else "unhealthy" for name, ok in states.items()}
         if any(states.values()):
-            return JSONResponse({"status": "ready", "replicas": replicas})
-        return JSONResponse({"status": "unavailable", "replicas": replicas}, 503)
+            return {"status": "ready", "replicas": replicas}, True
+        return {"status": "unavailable", "replicas": replicas}, False
 
     async def metrics(self) -> Response:
         return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)

@@ -17,15 +17,19 @@ usage: python -m gateway [--help]
 An OpenAI-compatible gateway in front of vLLM (or several vLLM replicas): streaming
 passthrough, API keys and tenant cache salts, a prefix-stable prompt layout, admission
 control and Prometheus metrics on /metrics.  Configured only by environment variables;
-GATEWAY_UPSTREAM_URL is required.  Also: uvicorn gateway.app:create_app --factory.
+GATEWAY_UPSTREAM_URL is required, or GATEWAY_MODELS for several models.
+Also: uvicorn gateway.app:create_app --factory.
 Exit 2 on bad configuration (one line on stderr); 0 after SIGTERM or SIGINT.
 
 settings (GATEWAY_<NAME>; default in brackets):"""
 
 
 def _default(field: FieldInfo) -> str:
-    if field.is_required():
+    extra = field.json_schema_extra
+    if field.is_required() or (isinstance(extra, dict) and "required_unless" in extra):
         return "required"
+    if field.default_factory in (list, dict):
+        return "unset"  # an empty list or mapping
     if field.default_factory is not None:
         return "computed"
     value = field.get_default()

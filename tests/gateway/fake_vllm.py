@@ -31,6 +31,7 @@ class FakeVLLM:
     events: int = 3
     hold: bool = False
     hold_first: bool = False  # hold before the first event (after the response head)
+    served: tuple[str, ...] = ("tiny",)  # the ids /v1/models lists
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
@@ -53,7 +54,8 @@ class FakeVLLM:
         return Response(status_code=200)
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+        data = [{"id": name, "object": "model", "max_model_len": 2048} for name in self.served]
+        return JSONResponse({"object": "list", "data": data})
 
     async def echo(self, request: Request) -> Response:
         body = await request.json()
