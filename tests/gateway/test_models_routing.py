@@ -248,7 +248,7 @@ def test_each_model_reaches_only_its_replicas(
     assert embedded.status_code == 200 and tokenized.status_code == 200
     assert "cache_salt" in embedded.json()["echo"]  # the tenant's salt, per model too
     assert len(chat[0].requests) + len(chat[1].requests) == 9
-    assert chat[0].requests and chat[1].requests  # affinity spreads chat's sessions
+    assert chat[0].requests and chat[1].requests  # affinity spreads chat's prefixes
     assert [r["model"] for r in embed.requests] == ["embed"]
     ok = {
         name: _sample(registry, "gateway_upstream_requests_total", replica=name, outcome="ok")
