@@ -128,13 +128,15 @@ def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
             except httpx.HTTPError as exc:
                 seen.append(type(exc).__name__)  # vLLM is stopped under it
 
-        threading.Thread(target=stream, daemon=True).start()
-        # The engine has admitted the stream (its headers alone can come before that).
-        assert tokens_flow.wait(timeout=60), seen
+        # Found before the stream starts: the tiny model's 3,000 tokens take about a second,
+        # less than walking the process tree can take once the first token is out.
         engines = [
             p for p in run.note_descendants() if "EngineCore" in " ".join([*p.cmdline(), p.name()])
         ]
         assert engines, [p.cmdline() for p in run.note_descendants()]
+        threading.Thread(target=stream, daemon=True).start()
+        # The engine has admitted the stream (its headers alone can come before that).
+        assert tokens_flow.wait(timeout=60), seen
         for engine in engines:
             engine.suspend()
         assert seen == ["200"], seen  # the stream is still running when the engine stops
