@@ -23,7 +23,7 @@ from gateway.core.errors import GatewayError, Overloaded, UpstreamError, Upstrea
 from gateway.core.forward import Forward, record_finish, usage_of
 from gateway.core.headers import response_headers
 from gateway.core.metrics import GatewayMetrics
-from gateway.core.sse import EventSplitter, StreamObserver, plain_events
+from gateway.core.sse import DONE_EVENT, EventSplitter, StreamObserver, plain_events
 from gateway.standalone.replicas import Replica
 from gateway.standalone.upstream import Upstream, UpstreamResponse
 
@@ -71,6 +71,7 @@ class ProxyResponse(Response):
         self.background = None
         self.on_status = on_status
         self._complete = False  # the final body message is being (or was) sent
+        self._done_relayed = False  # the stream's `data: [DONE]` went to the client
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # One plain task watches for the client leaving and cancels this one: cheaper
@@ -172,6 +173,9 @@ class ProxyResponse(Response):
                 # the upstream connection, so vLLM aborts the request.
                 await response.aclose()
         finally:
+            # A client that leaves once it has read [DONE] was served in full.
+            if outcome == "cancelled" and self._done_relayed:
+                outcome = OK
             upstream.replicas.finished(replica, outcome)
 
     async def _fail(self, send: Send, error: UpstreamError) -> None:
@@ -214,6 +218,7 @@ class ProxyResponse(Response):
                     out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
+                    self._done_relayed = self._done_relayed or DONE_EVENT in out
             tail = splitter.rest()
         except UpstreamError as error:
             metrics.upstream_errors.labels(error.kind).inc()

@@ -91,7 +91,12 @@ def test_two_models_behind_one_gateway_with_the_openai_sdk(
     assert raised.value.code == "model_not_found"
     assert "the models: chat, writer" in str(raised.value)
     for name in MODELS:
-        assert ok_count(registry, name) == 1, name
+        assert ok_count(registry, name) == 1, [
+            (m.name, s.labels, s.value)
+            for m in registry.collect()
+            for s in m.samples
+            if "upstream_requests" in s.name
+        ]
 
 
 def ok_count(registry: CollectorRegistry, model: str) -> float | None:
