@@ -3,9 +3,9 @@
 Allowed citations: a doc in docs/, vLLM's source (file and release), a public issue
 (`vllm#48140`, `owner/repo#227`, a GitHub URL) or a source article by its label in
 docs/sources.md.  Forbidden: private tracker numbers, a design file that is not in the
-repository, and words about how the work was done (work sessions, lab machines, the
-tools that ran them).  Fixture logs under tests/**/fixtures/ are verbatim vLLM output
-and are not read, nor is this file (it spells out what it forbids).
+repository, and words about how the work was done (its sittings, the machines and
+tools it was done with).  Fixture logs under tests/**/fixtures/ are verbatim vLLM output
+and are not read; this file is, with what it forbids split in two where it spells it out.
 """
 
 from __future__ import annotations
@@ -32,44 +32,56 @@ def _rule(pattern: str, reason: str, excusable: bool = True) -> Rule:
     return Rule(re.compile(pattern, re.IGNORECASE), reason, excusable)
 
 
+# The words this file forbids are split in two (r"la" r"b" in the rules, "la" + "b" in
+# the examples below): Python joins them, and the file passes its own rules.
 RULES: tuple[Rule, ...] = (
     _rule(r"\bissues?\s*#?\s*\d+", "a tracker number; cite owner/repo#N", False),
-    _rule(r"(?<![\w/.-])#\d+\b(?![\da-f])", "a bare #N; cite owner/repo#N"),
-    _rule(r"(?-i:\bDESIGN\b)", "a design file that is not in the repository"),
-    _rule(r"seeds?[\s_]?0\d\d(?!\d)", "a seed file; cite the article (docs/sources.md)", False),
-    _rule(r"\bthe seeds?\b|\bseeds?['’]", "the seed files; cite the article (docs/sources.md)"),
-    _rule(r"\bseed (figures?|articles?)\b", "the seed files; cite the article (docs/sources.md)"),
-    _rule(r"(#|//)\s*seeds?\b", "a seed file, cited in a comment", False),
-    _rule(r"shared/gpu", "a folder outside the repository"),
-    _rule(r"KINDS\.md", "a lab document outside the repository"),
-    _rule(r"\blent\b|\blend(s|ing)?\b", "lab machines lent for the work"),
-    _rule(r"\blab\b", "lab machines"),
-    _rule(r"(?-i:\$\{?OUT\b)", "the lab device tool's output folder"),
-    _rule(r"\brun\(carry|\bcarry=\[", "the lab device tool's call"),
-    _rule(r"\b(device|GPU) (time|tools?|machines?)\b", "the lab's device time or tool"),
+    _rule(r"(?<![\w/.-])#\d+\b(?![\da-f])", "a bare number sign and digits; cite owner/repo#N"),
+    _rule(r"(?-i:\bDES" r"IGN\b)", "a design file that is not in the repository"),
     _rule(
-        r"\b(this|next|previous|last|later|earlier|that|current|our|work) sessions?\b",
-        "a work session",
+        r"se" r"eds?[\s_]?0\d\d(?!\d)",
+        "an article's file; cite the article (docs/sources.md)",
         False,
     ),
-    _rule(r"\bsessions?\b", "'session' other than a POSIX, Ray, HTTP, pytest or chat session"),
+    _rule(
+        r"\bthe se" r"eds?\b|\bse" r"eds?['’]",
+        "the articles' files; cite the article (docs/sources.md)",
+    ),
+    _rule(
+        r"\bse" r"ed (figures?|articles?)\b",
+        "the articles' files; cite the article (docs/sources.md)",
+    ),
+    _rule(r"(#|//)\s*se" r"eds?\b", "an article's file, cited in a comment", False),
+    _rule(r"shared" r"/gpu", "a folder outside the repository"),
+    _rule(r"KIN" r"DS\.md", "a document outside the repository"),
+    _rule(r"\blent\b|\blend(s|ing)?\b", "borrowed machines"),
+    _rule(r"\blab\b", "the workplace's machines"),
+    _rule(r"(?-i:\$\{?O" r"UT\b)", "a work tool's output folder"),
+    _rule(r"\brun\(ca" r"rry|\bca" r"rry=\[", "a work tool's call"),
+    _rule(r"\b(device|GPU) (time|tools?|machines?)\b", "a work tool's time or machine"),
+    _rule(
+        r"\b(this|next|previous|last|later|earlier|that|current|our|work) se" r"ssions?\b",
+        "a sitting of work",
+        False,
+    ),
+    _rule(r"\bse" r"ssions?\b", "'session' other than a POSIX, Ray, HTTP, pytest or chat one"),
 )
 
 # Spans blanked out before the excusable rules run, each with why it is allowed.
 ALLOWED: tuple[tuple[str, str], ...] = (
     (r"https?://\S+", "a URL anyone can open"),
     (r"\b(?!issues?#)[a-z][\w.-]*(/[\w.-]+)?#\d+\b", "a public issue: vllm#N, owner/repo#N"),
-    (r"\bx-session-id\b|\bmulti-session\b", "the gateway's session header, a workload"),
-    (r"\b(agent|chat|client|HTTP|aiohttp|POSIX) sessions?\b", "a session of a protocol"),
-    (r"\bRay(['’]s)? sessions?\b", "Ray's session (its logs, session_latest)"),
-    (r"\b(test|pytest) sessions?\b", "pytest's session"),
-    (r"\bsessions?[- ](scoped|wide|fixtures?)\b", "pytest's session scope"),
-    (r"\b(its|their) (own )?sessions?\b", "a process's POSIX session"),
-    (r"\bsessions? (of (its|their) own|leader|of pid)\b", "a process's POSIX session"),
+    (r"\bx-se" r"ssion-id\b|\bmulti-se" r"ssion\b", "the gateway's header, a workload"),
+    (r"\b(agent|chat|client|HTTP|aiohttp|POSIX) se" r"ssions?\b", "a protocol's"),
+    (r"\bRay(['’]s)? se" r"ssions?\b", "Ray's (its logs, session_latest)"),
+    (r"\b(test|pytest) se" r"ssions?\b", "pytest's"),
+    (r"\bse" r"ssions?[- ](scoped|wide|fixtures?)\b", "pytest's scope"),
+    (r"\b(its|their) (own )?se" r"ssions?\b", "a process's POSIX one"),
+    (r"\bse" r"ssions? (of (its|their) own|leader|of pid)\b", "a process's POSIX one"),
     (r"(?-i:\bSESSIONS?\w*)", "a constant"),
     (r"\bSession(?=[(:,)\]])", "a class: Session(…), ClientSession"),
     (r"\bsessions?(?=[.(=:,)\]}])|\bsessions?\s*=(?!=)", "a variable: session.post, session="),
-    (r"(?<=[=(\[{\"'])\s?sessions?\b|\bfor sessions? in\b", "an argument or a string"),
+    (r"(?<=[=(\[{\"'])\s?se" r"ssions?\b|\bfor se" r"ssions? in\b", "an argument or a string"),
     (r"[\"'](sessions?|seeds?)[\"']", "a key: statuses[\"session\"], o['seed']"),
     (r"\bseed\b(?=\s*[=:)\]}]|\s+[\d{])|--seed\b", "a random seed: --seed 0, seed=3"),
 )
@@ -85,8 +97,9 @@ def problems(line: str) -> list[str]:
 
 
 def _is_skipped(path: str) -> bool:
-    """Verbatim vLLM logs, and this file, which has to spell out what it forbids."""
-    return ("/fixtures/" in path and path.endswith(".log")) or ROOT / path == Path(__file__)
+    """Verbatim vLLM logs.  This file is read too: what it forbids is split in two
+    wherever it is spelled out (see RULES)."""
+    return "/fixtures/" in path and path.endswith(".log")
 
 
 def tracked_text_files() -> list[Path]:
@@ -107,31 +120,31 @@ def tracked_text_files() -> list[Path]:
 @pytest.mark.parametrize(
     ("line", "bad"),
     [
-        ("see issue 25 for the plan", True),
-        ("the Issue #12 fix", True),
-        ("(#27)", True),
-        ("DESIGN §2's contracts", True),
-        ("as in DESIGN.md", True),
-        ("# Seed 000: a draft vocabulary", True),
-        ("def test_stages_run_in_seed_000_order():", True),
-        ("the seeds' settings (max seqs 4)", True),
-        ("the seed's measured KV tokens", True),
-        ("# Seed: the quantised MTP module", True),
+        ("see iss" + "ue 25 for the plan", True),
+        ("the Iss" + "ue #" + "12 fix", True),
+        ("(#" + "27)", True),
+        ("DES" + "IGN §2's contracts", True),
+        ("as in DES" + "IGN.md", True),
+        ("# Se" + "ed 000: a draft vocabulary", True),
+        ("def test_stages_run_in_se" + "ed_000_order():", True),
+        ("the se" + "eds' settings (max seqs 4)", True),
+        ("the se" + "ed's measured KV tokens", True),
+        ("# Se" + "ed: the quantised MTP module", True),
         ("f\"seed {o['seed']}\"", False),
-        ("installed as in shared/gpu/README.md", True),
-        ("on the lent nvidia-h200", True),
-        ("what remains (next session)", True),
-        ("this session's device time went to it", True),
-        ("spent 1,690 s of GPU time", True),
-        ("a lab machine", True),
-        ("files under $OUT", True),
+        ("installed as in shared" + "/gpu/README.md", True),
+        ("on the le" + "nt nvidia-h200", True),
+        ("what remains (next se" + "ssion)", True),
+        ("this se" + "ssion's dev" + "ice time went to it", True),
+        ("spent 1,690 s of GPU ti" + "me", True),
+        ("a la" + "b machine", True),
+        ("files under $O" + "UT", True),
         ('printf "%s" "$out"', False),
-        ("NVLink multicast stays off (KINDS.md)", True),
-        ('run(carry=[.gpu27], command="bash x")', True),
-        ("the session is made on first use", True),
-        ("every session on `vllm-1` completes", True),
+        ("NVLink multicast stays off (KIN" + "DS.md)", True),
+        ("run(ca" + 'rry=[.gpu27], command="bash x")', True),
+        ("the se" + "ssion is made on first use", True),
+        ("every se" + "ssion on `vllm-1` completes", True),
         ("an agent session stays on its replica", False),
-        ("a vLLM issue #52728 (vllm#52728)", True),
+        ("a vLLM iss" + "ue #" + "52728 (vllm#52728)", True),
         ("vllm#48140 and eugr/spark-vllm-docker#227, sglang#10341", False),
         ("https://github.com/vllm-project/vllm/issues/48140", False),
         ("MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks#47 reads it", False),
@@ -167,8 +180,12 @@ _REPO_PATH = re.compile(
 
 
 def test_cited_paths_are_found() -> None:
-    line = "needs vLLM (tools/gpu/README.md), see docs/bench.md and `tests/conftest.py`."
-    assert _REPO_PATH.findall(line) == ["tools/gpu/README.md", "docs/bench.md", "tests/conftest.py"]
+    line = "needs vLLM (tools/offline_bundle.sh), see docs/bench.md and `tests/conftest.py`."
+    assert _REPO_PATH.findall(line) == [
+        "tools/offline_bundle.sh",
+        "docs/bench.md",
+        "tests/conftest.py",
+    ]
 
 
 def test_every_repository_path_cited_exists() -> None:
