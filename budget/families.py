@@ -30,7 +30,11 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
     ),
-    "sliding window + full attention": ("GptOssForCausalLM", "Gemma3ForCausalLM"),
+    "sliding window + full attention": (
+        "GptOssForCausalLM",
+        "Gemma3ForCausalLM",
+        "Gemma4ForCausalLM",
+    ),
     "Mamba-2 hybrids": MAMBA2_ARCHITECTURES,
     "drafters": (
         "EagleLlamaForCausalLM",
@@ -86,7 +90,7 @@ def _short() -> str:
     """The families in a few words (the full list is docs/budget.md's)."""
     return (
         "Llama/Mistral/Qwen2/Qwen3 dense, Qwen3-MoE, Qwen3-Next and Qwen3.5 "
-        "(Gated-DeltaNet hybrids), gpt-oss and Gemma 3 text (sliding window), "
+        "(Gated-DeltaNet hybrids), gpt-oss and Gemma 3/4 text (sliding window), "
         "Nemotron-H/Nemotron-3, Granite-4.0-H and Falcon-H1 (Mamba-2 hybrids), "
         "EAGLE/EAGLE-3/DFlash drafters"
     )

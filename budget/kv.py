@@ -37,6 +37,7 @@ from budget.kv_sliding import (
     concurrent_batches,
     sliding_blocks_per_request,
     sliding_groups,
+    unify_pages,
     window_tokens,
 )
 from budget.kv_tp import TPHeads, kv_heads_per_rank
@@ -95,6 +96,9 @@ class KVModel:
     # sliding_attention layers (gpt-oss, Gemma 3) and the tokens their window covers.
     num_sliding_layers: int = 0
     sliding_window: int = 0
+    # Full-attention layers with heads of their own (Gemma 4's global heads; 0 = the same).
+    full_num_kv_heads: int = 0
+    full_head_dim: int = 0
     # Mamba-2 layers (Nemotron-H, Granite-4.0-H, Falcon-H1): their mixer's dimensions;
     # the SSM state's dtype is ssm_state_dtype_bytes, the conv state's the model's.
     num_mamba2_layers: int = 0
@@ -207,6 +211,7 @@ class KVLayout:
     # Sliding-window groups and the tokens each holds per request before min(…, L).
     num_sliding_groups: int = 0
     sliding_tokens: int = 0
+    sliding_block_size: int = 0  # 0 = block_size; else the block after page unification
 
 
 @dataclass(frozen=True)
@@ -315,32 +320,43 @@ def _require_tp_split(model: KVModel, tp: int) -> None:
     tp_heads(model).require(tp)
     if model.draft_num_kv_heads:
         TPHeads(num_kv_heads=model.draft_num_kv_heads).require(tp)
+    if model.full_num_kv_heads:  # gemma4.py Gemma4Attention asserts it for every layer
+        TPHeads(num_kv_heads=model.full_num_kv_heads).require(tp)
 
 
 def _sliding_layout(
     model: KVModel, settings: KVSettings, kv_heads: int, per_token: int
 ) -> KVLayout:
-    """Sliding-window and full-attention layers of one page (budget/kv_sliding.py)."""
+    """Sliding-window and full-attention layers (budget/kv_sliding.py); full layers of
+    other heads than the sliding ones (Gemma 4) get their page unified first."""
     _require(
         not settings.mtp_k,
         f"mtp_k={settings.mtp_k}: speculative decoding beside sliding-window layers is "
         "not modelled",
     )
     block_size = start_block_size(settings.device, settings.block_size)
+    full_per_token = _full_per_token(model, settings, per_token)
+    pages = unify_pages(
+        block_size, per_token, full_per_token if model.num_attention_layers else per_token
+    )
+    _require(
+        settings.hybrid_kv_cache_manager or pages.sliding_block == pages.full_block == block_size,
+        "--hybrid-kv-cache-manager off with full layers of other heads than the sliding "
+        "ones is not modelled (vLLM's _promote_local_kv_cache_specs pads them)",
+    )
     groups = sliding_groups(
         model.num_attention_layers, model.num_sliding_layers, settings.hybrid_kv_cache_manager
     )
     batches = concurrent_batches(async_scheduling=settings.async_scheduling, pp=settings.pp)
-    page = block_size * per_token
     layout = KVLayout(
-        block_size=block_size,
-        attention_page_bytes=page,
+        block_size=pages.full_block,
+        attention_page_bytes=block_size * full_per_token,
         mamba_page_bytes=0,
-        page_bytes=page,
+        page_bytes=pages.page_bytes,
         num_groups=groups.num_full_groups + groups.num_sliding_groups,
         group_size=groups.group_size,
         padding_layers=groups.padding_layers,
-        bytes_per_block=groups.layers_per_block * page,
+        bytes_per_block=groups.layers_per_block * pages.page_bytes,
         blocks_per_request=0,
         log_lines=groups.log_lines,
         num_attention_groups=groups.num_full_groups,
@@ -354,8 +370,19 @@ def _sliding_layout(
             batches=batches,
             in_flight_rule=settings.rules.sliding_window_in_flight_batches,
         ),
+        sliding_block_size=pages.sliding_block,
     )
     return replace(layout, blocks_per_request=blocks_per_request(layout, settings.max_model_len))
+
+
+def _full_per_token(model: KVModel, settings: KVSettings, per_token: int) -> int:
+    """A full layer's KV bytes per token on a rank: the sliding layers' unless its
+    heads differ (Gemma 4's global heads)."""
+    if not (model.full_num_kv_heads or model.full_head_dim):
+        return per_token
+    heads = kv_heads_per_rank(model.full_num_kv_heads or model.num_kv_heads, settings.tp)
+    head_dim = model.full_head_dim or model.head_dim
+    return _per_token_bytes(heads, head_dim, settings, model.model_dtype_bytes)
 
 
 def _model_state(model: KVModel, settings: KVSettings) -> GDNState:
@@ -498,7 +525,7 @@ def blocks_per_request(layout: KVLayout, max_model_len: int) -> int:
         attention += layout.num_draft_groups * _cdiv(max_model_len, layout.draft_block_size)
     if layout.num_sliding_groups:
         attention += layout.num_sliding_groups * sliding_blocks_per_request(
-            layout.sliding_tokens, max_model_len, layout.block_size
+            layout.sliding_tokens, max_model_len, layout.sliding_block_size or layout.block_size
         )
     mamba = layout.mamba_blocks_per_group
     if layout.mamba_all_block_size:

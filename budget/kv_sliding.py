@@ -4,7 +4,8 @@ Mirrors vllm 0.32 (read in 0.20.1 … 0.34.0, docs/kv-arithmetic.md):
 `v1/kv_cache_interface.py` `SlidingWindowSpec.max_admission_blocks_per_request`,
 `config/vllm.py` `max_in_flight_tokens` / `max_concurrent_batches`,
 `v1/core/kv_cache_utils.py` `get_kv_cache_groups` (`unify_hybrid_kv_cache_specs` when
-the hybrid KV cache manager is off, `_get_kv_cache_groups_uniform_page_size` when on).
+the hybrid KV cache manager is off, `_get_kv_cache_groups_uniform_page_size` when on;
+`unify_kv_cache_spec_page_size` first when full and sliding pages differ, Gemma 4).
 """
 
 from __future__ import annotations
@@ -51,6 +52,33 @@ def sliding_blocks_per_request(tokens: int, max_model_len: int, block_size: int)
     """`max_admission_blocks_per_request`: cdiv(min(tokens, L), block) + 1 (the window
     need not start on a block boundary)."""
     return _cdiv(min(tokens, max_model_len), block_size) + 1
+
+
+@dataclass(frozen=True)
+class UnifiedPages:
+    """Each kind's block and the one page every layer gets."""
+
+    sliding_block: int
+    full_block: int
+    page_bytes: int
+
+
+def _unified_block(block_size: int, page: int, largest: int) -> int:
+    """`unify_kv_cache_spec_page_size`: a page that divides the largest one takes
+    `largest / page` times the block; one that does not is padded (block unchanged)."""
+    return block_size * (largest // page) if largest % page == 0 else block_size
+
+
+def unify_pages(block_size: int, sliding_per_token: int, full_per_token: int) -> UnifiedPages:
+    """Sliding layers start at the attention block (attention.py `get_kv_cache_spec`:
+    `_largest_kernel_block_within` a page budget of per-token × block); then every page
+    becomes the largest (kv_cache_utils.py `unify_kv_cache_spec_page_size`)."""
+    largest = block_size * max(sliding_per_token, full_per_token)
+    return UnifiedPages(
+        sliding_block=_unified_block(block_size, block_size * sliding_per_token, largest),
+        full_block=_unified_block(block_size, block_size * full_per_token, largest),
+        page_bytes=largest,
+    )
 
 
 @dataclass(frozen=True)

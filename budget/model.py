@@ -14,6 +14,7 @@ from typing import Any
 from budget.context import ContextLimit, context_limit
 from budget.errors import BudgetError
 from budget.families import check_family
+from budget.gemma4 import GEMMA4_ARCHITECTURES, Gemma4Layers, gemma4_layer_types, gemma4_layers
 from budget.mamba2 import (
     MAMBA,
     MAMBA2_ARCHITECTURES,
@@ -121,6 +122,8 @@ class ModelSpec:
     # empty: every layer has a feed-forward block, MoE where `moe.is_moe_layer`.
     ffn_kinds: tuple[str, ...] = ()
     mlp_gated: bool = True  # SwiGLU dense MLP; False: ReLU² (Nemotron-H)
+    # Gemma 4: full layers' own heads, KV-shared layers, per-layer embeddings (gemma4.py).
+    gemma4: Gemma4Layers | None = None
 
     @property
     def context_limit(self) -> ContextLimit:
@@ -141,6 +144,12 @@ class ModelSpec:
     @property
     def num_sliding_layers(self) -> int:
         return self.layer_types.count(SLIDING_ATTENTION)
+
+    @property
+    def own_kv_layer_types(self) -> tuple[str, ...]:
+        """The layers with a KV cache of their own: all but Gemma 4's KV-shared ones."""
+        shared = self.gemma4.num_kv_shared_layers if self.gemma4 else 0
+        return self.layer_types[: self.num_layers - shared]
 
     @property
     def num_gdn_layers(self) -> int:
@@ -192,6 +201,8 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
 def _layer_types(
     cfg: dict[str, Any], num_layers: int, source: str, architecture: str
 ) -> tuple[str, ...]:
+    if architecture in GEMMA4_ARCHITECTURES:
+        return gemma4_layer_types(cfg, num_layers, source)
     if architecture in _EVEN_LAYERS_SLIDE:
         return tuple(SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(num_layers))
     if "layer_types" in cfg and cfg["layer_types"] is not None:
@@ -257,6 +268,18 @@ def _moe(
         gated=mamba.mlp_gated if mamba else True,
         shared_expert_gate=mamba.shared_expert_gate if mamba else True,
         expert_hidden_size=mamba.expert_hidden_size if mamba else None,
+    )
+
+
+def _gemma4_moe(layers: Gemma4Layers) -> MoESpec | None:
+    """Gemma 4's expert block (`num_experts`, `top_k_experts`), beside its dense MLP."""
+    if not layers.num_experts:
+        return None
+    return MoESpec(
+        num_experts=layers.num_experts,
+        experts_per_token=layers.top_k_experts,
+        expert_intermediate_size=layers.expert_intermediate_size,
+        shared_expert_intermediate_size=0,
     )
 
 
@@ -329,7 +352,13 @@ def model_from_config(
     layer_types = mamba.mixers if mamba else _layer_types(cfg, num_layers, source, architecture)
     has_gdn = LINEAR_ATTENTION in layer_types
     slides = SLIDING_ATTENTION in layer_types
-    moe = _moe(cfg, source, architecture, mamba)
+    vocab = _positive_int(cfg, "vocab_size", source)
+    gemma4 = (
+        gemma4_layers(cfg, layer_types, vocab, source)
+        if architecture in GEMMA4_ARCHITECTURES
+        else None
+    )
+    moe = _gemma4_moe(gemma4) if gemma4 else _moe(cfg, source, architecture, mamba)
     return ModelSpec(
         name=name,
         architecture=str(archs[0]),
@@ -338,7 +367,7 @@ def model_from_config(
         num_attention_heads=heads,
         num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
         head_dim=int(cfg.get("head_dim") or hidden // heads),
-        vocab_size=_positive_int(cfg, "vocab_size", source),
+        vocab_size=vocab,
         intermediate_size=_dense_intermediate(cfg, architecture, moe),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         dtype_bytes=_dtype_bytes(cfg.get("torch_dtype", cfg.get("dtype")), "torch_dtype", source),
@@ -360,4 +389,5 @@ def model_from_config(
         mamba2=mamba.spec if mamba else None,
         ffn_kinds=mamba.ffns if mamba else (),
         mlp_gated=mamba.mlp_gated if mamba else True,
+        gemma4=gemma4,
     )

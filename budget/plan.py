@@ -18,7 +18,8 @@ from budget.kv import (
 )
 from budget.kv_mamba import Mamba2Dims
 from budget.kv_tp import ARCHITECTURES_WITHOUT_KV_REPLICATION
-from budget.model import ModelSpec
+from budget.mamba2 import PARALLEL
+from budget.model import FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
 from budget.profiles import ModelProfile
 from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings
 from budget.speculative import MODEL_FREE_METHODS
@@ -154,12 +155,15 @@ def kv_model(
     full-attention layers with its own heads, none for n-gram and suffix proposers."""
     g = m.gdn
     mamba = m.mamba2
+    # Full attention (Falcon-H1's parallel layers too) and sliding layers with a cache
+    # of their own (Gemma 4's KV-shared layers read another's).
+    own = tuple(FULL_ATTENTION if k == PARALLEL else k for k in m.own_kv_layer_types)
     draft_layers = max(m.mtp_layers, 1) if drafter is None else drafter.num_full_attention_layers
     ssm_bytes = g.ssm_dtype_bytes if g else m.dtype_bytes
     if mamba is not None and mamba.ssm_dtype_bytes is not None:
         ssm_bytes = mamba.ssm_dtype_bytes
     return KVModel(
-        num_attention_layers=-(-m.num_full_attention_layers // pp),
+        num_attention_layers=-(-own.count(FULL_ATTENTION) // pp),
         num_gdn_layers=-(-m.num_gdn_layers // pp),
         num_kv_heads=m.num_kv_heads,
         head_dim=m.head_dim,
@@ -178,8 +182,10 @@ def kv_model(
         draft_num_kv_heads=drafter.num_kv_heads if drafter else 0,
         draft_head_dim=drafter.head_dim if drafter else 0,
         drafter_has_kv=method not in MODEL_FREE_METHODS,
-        num_sliding_layers=-(-m.num_sliding_layers // pp),
+        num_sliding_layers=-(-own.count(SLIDING_ATTENTION) // pp),
         sliding_window=m.sliding_window or 0,
+        full_num_kv_heads=m.gemma4.full_num_kv_heads if m.gemma4 else 0,
+        full_head_dim=m.gemma4.full_head_dim if m.gemma4 else 0,
         num_mamba2_layers=-(-m.num_mamba2_layers // pp),
         mamba2=None
         if mamba is None

@@ -83,6 +83,7 @@ def _layout(plan: Plan) -> dict[str, Any]:
         "num_blocks": plan.capacity.num_blocks,
         "num_sliding_groups": layout.num_sliding_groups,
         "sliding_tokens": layout.sliding_tokens,
+        "sliding_block_size": layout.sliding_block_size or layout.block_size,
         "num_mamba_groups": layout.num_mamba_groups,
         "mamba_page_bytes": layout.mamba_page_bytes,
         "mamba_cache_mode": layout.mamba_cache_mode,

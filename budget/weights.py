@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from budget import gemma4
 from budget.errors import BudgetError
+from budget.gemma4 import Gemma4Layers, Gemma4Shapes
 from budget.mamba2 import DENSE, MAMBA, MOE, NO_MIXER, PARALLEL
 from budget.model import FULL_ATTENTION, LINEAR_ATTENTION, ModelSpec, MoESpec
 
@@ -126,7 +128,30 @@ def _ffn_kind(m: ModelSpec, index: int) -> str:
     return MOE if m.moe is not None and m.moe.is_moe_layer(index) else DENSE
 
 
+def _gemma4_layer_params(m: ModelSpec, layers: Gemma4Layers, index: int, kind: str) -> LayerParams:
+    """`Gemma4DecoderLayer` (vllm 0.32 model_executor/models/gemma4.py): see budget/gemma4.py."""
+    shapes = Gemma4Shapes(
+        m.hidden_size, m.num_attention_heads, m.intermediate_size, m.attention_bias, m.num_layers
+    )
+    shares_kv = index >= len(m.own_kv_layer_types)
+    full = kind == FULL_ATTENTION
+    heads = layers.full_num_kv_heads if full else m.num_kv_heads
+    head_dim = layers.full_head_dim if full else m.head_dim
+    experts, router = gemma4.moe_params(shapes, layers)
+    return LayerParams(
+        attention=gemma4.attention_params(shapes, heads, head_dim, shares_kv),
+        gdn=0,
+        dense_mlp=gemma4.mlp_params(shapes, layers, shares_kv),
+        routed_experts=experts,
+        shared_experts=0,
+        router=router + gemma4.per_layer_input_params(shapes, layers),
+        norms=gemma4.norms_params(shapes, layers),
+    )
+
+
 def layer_params(m: ModelSpec, index: int, kind: str) -> LayerParams:
+    if m.gemma4 is not None:
+        return _gemma4_layer_params(m, m.gemma4, index, kind)
     moe = m.moe
     ffn = _ffn_kind(m, index)
     routed = shared = router = dense = 0
@@ -174,6 +199,11 @@ def main_model_params(m: ModelSpec) -> dict[str, int]:
         ):
             totals[name] += getattr(lp, name)
     totals["embeddings"] = m.vocab_size * m.hidden_size
+    if m.gemma4 is not None:
+        shapes = Gemma4Shapes(
+            m.hidden_size, m.num_attention_heads, m.intermediate_size, False, m.num_layers
+        )
+        totals["embeddings"] += gemma4.embedding_params(shapes, m.gemma4)
     totals["lm_head"] = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size
     totals["norms"] += m.hidden_size
     return totals

@@ -11,6 +11,8 @@ caching, metrics) is the real one.
 `gpt-oss` and `gemma3` have sliding-window layers beside full attention, in the layout
 of openai/gpt-oss-20b (alternating, attention sinks, MoE) and of Gemma 3's text model
 (`sliding_window_pattern`: every third layer full here, a window off the block grid).
+`gemma4` and `gemma4-padded` are Gemma 4's text model: full layers with heads of their
+own, KV-shared last layers, per-layer embeddings.
 `nemotron-h`, `nemotron-3`, `granite-4-h` and `falcon-h1` are Mamba-2 hybrids in the
 layouts of Nemotron-H (and Nemotron-3's MoE blocks), Granite-4.0-H and Falcon-H1.
 """
@@ -155,7 +157,48 @@ _GEMMA3 = {
     "rope_theta": 1000000.0,
     "tie_word_embeddings": True,
 }
-_SLIDING_KINDS: dict[str, dict[str, Any]] = {"gpt-oss": _GPT_OSS, "gemma3": _GEMMA3}
+# Gemma 4's text model (`Gemma4ForCausalLM`, transformers' Gemma4TextConfig), shrunk:
+# full layers of their own heads (`global_head_dim`; `attention_k_eq_v` gives them
+# `num_global_key_value_heads`), the last `num_kv_shared_layers` reading an earlier
+# layer's cache, per-layer embeddings.  Per token a full layer holds 2 × 2 × 128 × 2 B,
+# twice a sliding layer's 2 × 2 × 64 × 2 B, so vLLM doubles the sliding block.
+_GEMMA4 = {
+    "architectures": ["Gemma4ForCausalLM"],
+    "model_type": "gemma4_text",
+    "hidden_size": 128,
+    "num_hidden_layers": 7,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "global_head_dim": 128,
+    "num_global_key_value_heads": 2,
+    "attention_k_eq_v": True,
+    "num_kv_shared_layers": 2,
+    "layer_types": [
+        "sliding_attention",
+        "full_attention",
+        "sliding_attention",
+        "sliding_attention",
+        "full_attention",
+        "sliding_attention",
+        "full_attention",
+    ],
+    "sliding_window": 200,
+    "hidden_size_per_layer_input": 16,
+    "vocab_size_per_layer_input": VOCAB_SIZE,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "final_logit_softcapping": 30.0,
+    "tie_word_embeddings": True,
+}
+# The same with a full-layer page no multiple of the sliding one (2 × 96 against
+# 2 × 64 per token): vLLM pads the sliding page to the full one instead.
+_GEMMA4_PADDED = dict(_GEMMA4, global_head_dim=96, attention_k_eq_v=False)
+_SLIDING_KINDS: dict[str, dict[str, Any]] = {
+    "gpt-oss": _GPT_OSS,
+    "gemma3": _GEMMA3,
+    "gemma4": _GEMMA4,
+    "gemma4-padded": _GEMMA4_PADDED,
+}
 
 # Mamba-2 hybrids, shrunk from their public config.json layouts.  Nemotron-H
 # (nvidia/Nemotron-H-8B-Base-8K: one block per `hybrid_override_pattern` character,

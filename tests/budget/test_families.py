@@ -55,6 +55,10 @@ CLAIMED: dict[str, dict[str, Any]] = {
     "qwen3.5": QWEN3_5,
     "gpt-oss": config_for("gpt-oss"),
     "gemma3": config_for("gemma3"),
+    "gemma4": config_for("gemma4"),
+    "gemma4-padded": config_for("gemma4-padded"),
+    "gemma4-moe": config_for("gemma4")
+    | {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
     "nemotron-h": config_for("nemotron-h"),
     "nemotron-3": config_for("nemotron-3"),
     "granite-4.0-h": config_for("granite-4-h"),
@@ -67,16 +71,13 @@ REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
         config_for("nemotron-h") | {"sliding_window": 4096},
     ),
     "zamba2": ("Zamba2ForCausalLM", {**BASE, "architectures": ["Zamba2ForCausalLM"]}),
-    # Gemma 4: per-layer head sizes for sliding and full layers and KV-shared layers
-    # (vllm 0.32 model_executor/models/gemma4.py), which the planner does not model.
-    "gemma4": (
-        "Gemma4ForCausalLM",
-        {
-            **config_for("gemma3"),
-            "architectures": ["Gemma4ForCausalLM"],
-            "model_type": "gemma4_text",
-            "num_kv_shared_layers": 2,
-        },
+    "gemma4-explicit-per-layer-config": (
+        "'per_layer_config'",
+        config_for("gemma4") | {"per_layer_config": {"1": {"head_dim": 256}}},
+    ),
+    "gemma4-bidirectional": (
+        "use_bidirectional_attention='all'",
+        config_for("gemma4") | {"use_bidirectional_attention": "all"},
     ),
     "jamba": ("JambaForCausalLM", {**BASE, "architectures": ["JambaForCausalLM"]}),
     "mamba2": ("Mamba2ForCausalLM", {**BASE, "architectures": ["Mamba2ForCausalLM"]}),
@@ -193,3 +194,28 @@ def test_the_hybrid_manager_off_is_refused_for_a_gdn_hybrid(
     assert main([*args, "--hybrid-kv-cache-manager", "off"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unified type" in err
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"num_experts": 4, "moe_intermediate_size": 32}, "'top_k_experts'"),
+        ({"num_kv_shared_layers": 7}, "num_kv_shared_layers=7; must be < num_hidden_layers=7"),
+        # gemma4.py looks for the last earlier full layer; layer 0 is the only one here.
+        (
+            {
+                "layer_types": ["full_attention"] + ["sliding_attention"] * 6,
+                "num_kv_shared_layers": 6,
+            },
+            "no earlier sliding_attention",
+        ),
+        ({"layer_types": ["sliding_attention"] * 6 + ["chunked"]}, "kind 'chunked'"),
+    ],
+)
+def test_a_broken_gemma4_config_is_refused_in_one_line(
+    change: dict[str, Any], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = config_for("gemma4") | change
+    assert main(["plan", "--model", _model_dir(tmp_path, config), "--hardware", "dgx-spark"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err, err

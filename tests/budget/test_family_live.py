@@ -2,7 +2,8 @@
 
 test_family_replay.py holds the planner to recorded logs (fixtures/families/); this
 starts vLLM again with the settings of one recording per family (gpt-oss's alternating
-sliding/full layers with attention sinks, Gemma 3's 5:1 pattern, Nemotron-H's Mamba-2
+sliding/full layers with attention sinks, Gemma 3's 5:1 pattern, Gemma 4's full layers
+of their own heads and KV-shared layers, Nemotron-H's Mamba-2
 layers with prefix caching), so a change in the tiny models' generator or in vLLM that
 the recordings no longer show fails here.  The planner must predict the live capacity
 line exactly, and the live line must be the recorded one.  Nemotron-3's ReLU² experts
@@ -32,6 +33,7 @@ from tests.budget.test_family_replay import (
 LIVE = (
     "gpt-oss-prefix_cpu_v0.32.0.log",
     "gemma3-prefix_cpu_v0.32.0.log",
+    "gemma4-prefix_cpu_v0.32.0.log",
     "nemotron-h-prefix_cpu_v0.32.0.log",
 )
 REFUSED = "nemotron-3-moe-refused_cpu_v0.32.0.log"

