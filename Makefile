@@ -55,7 +55,7 @@ check: lint typecheck test ## lint + typecheck + all tests
 docs: $(VENV)/.base-stamp ## Regenerate the README and docs/budget.md blocks made from real command output
 	$(PY) -m tools.readme_blocks --write
 
-tiny-model: $(VENV)/.test-stamp ## Write the tiny test model to run/tiny-model (KIND=dense|gqa|moe|hybrid|hybrid-mtp|gpt-oss|gemma3|gemma4|gemma4-padded|nemotron-h|nemotron-3|granite-4-h|falcon-h1)
+tiny-model: $(VENV)/.test-stamp ## Write the tiny test model to run/tiny-model (KIND=dense|gqa|moe|hybrid|hybrid-mtp|gpt-oss|gemma3|gemma4|gemma4-padded|nemotron-h|nemotron-3|granite-4-h|falcon-h1|embedding)
 	$(PY) -m devtools.tiny_model run/tiny-model --kind $(or $(KIND),dense)
 
 clean: ## Remove the venv and caches

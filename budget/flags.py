@@ -29,8 +29,7 @@ def vllm_args(plan: Plan) -> list[str]:
         str(s.max_num_seqs),
         "--max-num-batched-tokens",
         str(s.max_num_batched_tokens),
-        "--enable-chunked-prefill",
-        "--enable-prefix-caching" if s.prefix_caching else "--no-enable-prefix-caching",
+        *_prefill_args(s.runner, s.prefix_caching),
     ]
     if s.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", s.kv_cache_dtype]
@@ -53,6 +52,19 @@ def vllm_args(plan: Plan) -> list[str]:
         args += ["--compilation-config", json.dumps(compilation, separators=(",", ":"))]
     args.append("--enable-prompt-tokens-details")
     return args
+
+
+def _prefill_args(runner: str, prefix_caching: bool) -> list[str]:
+    """Chunked prefill and prefix caching on for a generate model.  The pooling runner
+    gets neither `--enable-…` flag: vLLM turns both on by itself where its pooler allows
+    them (a causal decoder with last-token pooling, as Qwen3-Embedding) and off for mean
+    or CLS pooling, where forcing them on only earns a "may crash or produce incorrect
+    outputs" warning (config/model.py `is_chunked_prefill_supported` /
+    `is_prefix_caching_supported`, engine/arg_utils.py, vLLM 0.32.0)."""
+    if runner != "pooling":
+        on = "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching"
+        return ["--enable-chunked-prefill", on]
+    return [] if prefix_caching else ["--no-enable-prefix-caching"]
 
 
 def _memory_args(plan: Plan) -> list[str]:

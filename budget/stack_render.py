@@ -74,11 +74,15 @@ def _start_rows(stack: StackPlan) -> list[str]:
     return rows
 
 
+def _models(count: int) -> str:
+    return "1 model" if count == 1 else f"{count} models"
+
+
 def render_stack(stack: StackPlan) -> str:
     first = stack.models[0].plan.settings
     hw = first.hardware
     lines = [
-        f"stack     {stack.stack.path}: {len(stack.models)} models",
+        f"stack     {stack.stack.path}: {_models(len(stack.models))}",
         f"hardware  {hw.name}: {hw.description} — {hw.memory_bytes / GiB:.1f} GiB, "
         f"{'unified memory' if hw.uma else 'discrete'}, device {first.device}",
         "",
@@ -97,7 +101,7 @@ def render_stack(stack: StackPlan) -> str:
         "",
     ]
     if stack.fits:
-        lines.append(f"FITS — {len(stack.models)} models on {hw.name}")
+        lines.append(f"FITS — {_models(len(stack.models))} on {hw.name}")
     else:
         lines.append("DOES NOT FIT")
         lines += [f"  → {why}" for why in stack.shortfalls]

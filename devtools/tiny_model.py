@@ -15,6 +15,9 @@ of openai/gpt-oss-20b (alternating, attention sinks, MoE) and of Gemma 3's text 
 own, KV-shared last layers, per-layer embeddings.
 `nemotron-h`, `nemotron-3`, `granite-4-h` and `falcon-h1` are Mamba-2 hybrids in the
 layouts of Nemotron-H (and Nemotron-3's MoE blocks), Granite-4.0-H and Falcon-H1.
+`embedding` is a decoder used as an embedder in Qwen/Qwen3-Embedding-0.6B's layout
+(`Qwen3ForCausalLM`, tied embeddings, sentence-transformers last-token pooling and
+normalisation): vLLM serves it with `--runner pooling` on `/v1/embeddings`.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ def config_for(kind: str, max_position: int = 4096) -> dict[str, Any]:
     cfg = _base(max_position)
     if kind == "dense":
         cfg.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    elif kind == "embedding":
+        cfg.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", tie_word_embeddings=True)
     elif kind == "gqa":
         cfg.update(
             architectures=["LlamaForCausalLM"],
@@ -310,7 +315,38 @@ _MAMBA2_KINDS: dict[str, dict[str, Any]] = {
     "falcon-h1": _FALCON_H1,
 }
 
-KINDS = ("dense", "gqa", "moe", "hybrid", "hybrid-mtp", *_SLIDING_KINDS, *_MAMBA2_KINDS)
+KINDS = (
+    "dense",
+    "gqa",
+    "moe",
+    "hybrid",
+    "hybrid-mtp",
+    *_SLIDING_KINDS,
+    *_MAMBA2_KINDS,
+    "embedding",
+)
+
+# Qwen/Qwen3-Embedding-0.6B's sentence-transformers files: vLLM reads the pooling and the
+# normalisation from them (transformers_utils/config.py `get_pooling_config`, 0.32.0).
+_ST_MODULES = [
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {
+        "idx": 2,
+        "name": "2",
+        "path": "2_Normalize",
+        "type": "sentence_transformers.models.Normalize",
+    },
+]
+_ST_POOLING = {
+    "pooling_mode_cls_token": False,
+    "pooling_mode_mean_tokens": False,
+    "pooling_mode_max_tokens": False,
+    "pooling_mode_mean_sqrt_len_tokens": False,
+    "pooling_mode_weightedmean_tokens": False,
+    "pooling_mode_lasttoken": True,
+    "include_prompt": True,
+}
 
 # How the tests' shared vLLM and the CPU benchmarks serve the tiny model: small batches
 # and a 256 MB KV pool that start quickly on a 2-core machine, eager (no compile).
@@ -332,12 +368,22 @@ TINY_SERVE_ARGS = (
 def write_tiny_model(out_dir: Path, kind: str = "dense", max_position: int = 4096) -> Path:
     """Write config.json and the tokenizer files into out_dir; return out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(config_for(kind, max_position), indent=2))
+    config = config_for(kind, max_position)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    if kind == "embedding":
+        _write_sentence_transformers(out_dir, int(config["hidden_size"]))
     write_tokenizer(out_dir)
     (out_dir / "generation_config.json").write_text(
         json.dumps({"eos_token_id": 2, "pad_token_id": 0, "do_sample": False})
     )
     return out_dir
+
+
+def _write_sentence_transformers(out_dir: Path, hidden_size: int) -> None:
+    (out_dir / "modules.json").write_text(json.dumps(_ST_MODULES, indent=2))
+    pooling = {"word_embedding_dimension": hidden_size, **_ST_POOLING}
+    (out_dir / "1_Pooling").mkdir(exist_ok=True)
+    (out_dir / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:

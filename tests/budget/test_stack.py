@@ -75,6 +75,18 @@ def test_each_model_passes_its_planned_pool_and_a_covering_fraction() -> None:
     assert "--speculative-config" not in args
 
 
+def test_the_pooling_runner_leaves_prefill_features_to_vllm(tmp_path: Path) -> None:
+    """vLLM picks chunked prefill and prefix caching from the pooler
+    (config/model.py `is_chunked_prefill_supported`, 0.32.0); off stays off."""
+    stack = _plan(tmp_path, 'hardware = "dgx-spark"\n' + CHAT + EMBED)
+    chat, embed = (vllm_args(m.plan) for m in stack.models)
+    assert "--enable-chunked-prefill" in chat and "--enable-prefix-caching" in chat
+    assert not [a for a in embed if "chunked-prefill" in a or "prefix-caching" in a]
+    off = _plan(tmp_path, 'hardware = "dgx-spark"\n' + EMBED + "prefix_caching = false\n")
+    args = vllm_args(off.models[0].plan)
+    assert "--no-enable-prefix-caching" in args and "--enable-chunked-prefill" not in args
+
+
 def test_start_order_is_largest_first_and_every_check_passes() -> None:
     stack = plan_stack(load_stack(EXAMPLE))
     assert stack.start_order == ["chat", "embed"]
@@ -185,3 +197,12 @@ def test_shares_over_one_are_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(BudgetError, match="add up to 1.2"):
         load_stack(_write(tmp_path, text))
+
+
+def test_a_stack_of_one_model_says_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, 'hardware = "dgx-spark"\n' + CHAT)
+    assert main(["plan", "--stack", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"stack     {path}: 1 model\n" in out and "FITS — 1 model on dgx-spark" in out
