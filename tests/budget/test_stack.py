@@ -181,7 +181,7 @@ def test_other_settings_beside_stack_exit_2(capsys: pytest.CaptureFixture[str]) 
     assert main(["plan", "--stack", str(EXAMPLE), "--model", "llama-3.1-8b"]) == 2
     assert "--model is not for it" in capsys.readouterr().err
     assert main(["plan", "--stack", str(EXAMPLE), "--format", "env"]) == 2
-    assert "table or json" in capsys.readouterr().err
+    assert "table, json or compose" in capsys.readouterr().err
 
 
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
