@@ -198,7 +198,7 @@ down-multinode-cpu: ## Stop what up-multinode-cpu started (DOWN_ARGS=-v also rem
 logs: ## Follow the stack's logs (SERVICE=vllm for one service)
 	$(COMPOSE) logs -f --tail=200 $(SERVICE)
 
-test-docker: $(VENV)/.test-stamp ## Container tests: up-cpu in its own project and ports, SDK, Prometheus, security, faults, replicas, two nodes
+test-docker: $(VENV)/.test-stamp ## Container tests: up-cpu in its own project and ports, SDK, Prometheus, security, faults, replicas, two models, two nodes
 	$(PY) -m pytest -m docker --durations=10 $(PYTEST_ARGS)
 
 doctor: $(VENV)/.test-stamp ## Health, restarts and last error lines of each compose container
