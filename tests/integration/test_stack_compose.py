@@ -7,6 +7,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +183,29 @@ def test_a_stack_that_does_not_fit_writes_no_override(tmp_path, capsys):
     code, text = _plan("--stack", str(stack), "--format", "compose")
     assert code == 1 and text == ""
     assert "does not fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["chat", "embed"])
+def test_the_entrypoint_recomputes_each_models_flags_from_its_service(cpu_stack, name):
+    """`python -m entrypoint --dry-run` with the service's SPARKSERVE_* settings (the
+    checkpoint at its host path instead of /models) passes the stack plan's flags."""
+    override, plan = cpu_stack
+    services = compose_cli.resolved("compose.yaml", "compose.cpu.yaml", override)["services"]
+    (model,) = [m for m in plan["models"] if m["name"] == name]
+    env = dict(services[f"vllm-{name}"]["environment"])
+    env.update(
+        SPARKSERVE_MODEL=model["plan"]["model_dir"],
+        SPARKSERVE_WEIGHTS=model["plan"]["model_dir"],
+        SPARKSERVE_CACHE_DIR=str(override.parent / "cache"),
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "entrypoint", "--dry-run"],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    launched = result.stdout.strip().splitlines()[-1].split()
+    launched = launched[launched.index("--model") :]
+    assert launched[: len(model["vllm_args"])] == model["vllm_args"]
