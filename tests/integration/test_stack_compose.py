@@ -1,6 +1,6 @@
 """`python -m budget plan --stack FILE --format compose`: the override as the real
 `docker compose config` resolves it on top of compose.yaml and compose.cpu.yaml (no engine
-needed; tests/docker/test_stack_models.py starts it)."""
+needed; tests/docker/test_two_models.py starts it)."""
 
 from __future__ import annotations
 

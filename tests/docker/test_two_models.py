@@ -5,7 +5,9 @@ stack of tests/docker/conftest.py).
 A chat completion on the chat model and an embedding on the embedding model through the
 published gateway with the official SDK; each vLLM logs the KV capacity its slice of the
 stack plan predicts; one model's container killed while the other keeps serving.  One
-compose up, on the base images the other container tests build (`make docker-bases`).
+compose up, on the base images the other container tests build (`make docker-bases`);
+the file's name puts it after test_stack_teardown.py, once the shared stack is down, so
+the two projects never share the two cores.
 """
 
 from __future__ import annotations
