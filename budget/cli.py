@@ -23,10 +23,11 @@ from budget.plan_dict import plan_dict
 from budget.planner import build_plan
 from budget.profiles import hardware_names, model_names
 from budget.render import render_table
-from budget.stack import load_stack, plan_stack
+from budget.stack import StackPlan, load_stack, plan_stack
+from budget.stack_compose import compose_override
 from budget.stack_render import render_stack, stack_dict
 
-FORMATS = ("table", "json", "argv", "env")
+FORMATS = ("table", "json", "argv", "env", "compose")  # compose: with --stack only
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,9 +113,11 @@ def _emit_stack(args: argparse.Namespace) -> int:
     if given or args.chart is not None:
         flag = given[0] if given else "--chart"
         raise BudgetError(f"--stack takes every setting from its file; {flag} is not for it")
-    if args.format not in ("table", "json"):
-        raise BudgetError(f"--stack prints --format table or json, not {args.format}")
+    if args.format not in ("table", "json", "compose"):
+        raise BudgetError(f"--stack prints --format table, json or compose, not {args.format}")
     stack = plan_stack(load_stack(args.stack), probe_host())
+    if args.format == "compose":
+        return _emit_compose(stack)
     if args.format == "json":
         print(json.dumps(stack_dict(stack), indent=2))
     else:
@@ -122,9 +125,26 @@ def _emit_stack(args: argparse.Namespace) -> int:
     return 0 if stack.fits else 1
 
 
+def _emit_compose(stack: StackPlan) -> int:
+    """The compose override on stdout; where the stack does not fit, why on stderr and
+    nothing on stdout (exit 1), as `--format env` leaves no .env to start from."""
+    if not stack.fits:
+        for why in stack.shortfalls:
+            print(f"budget: does not fit: {why}", file=sys.stderr)
+        return 1
+    cpu = stack.models[0].plan.settings.device == "cpu"
+    base = Path("compose.cpu.yaml" if cpu else "compose.yaml").resolve()
+    if not base.is_file():
+        raise BudgetError(f"--format compose extends {base.name}: run it in the checkout")
+    print(compose_override(stack, str(base)), end="")
+    return 0
+
+
 def _emit(args: argparse.Namespace) -> int:
     if args.stack is not None:
         return _emit_stack(args)
+    if args.format == "compose":
+        raise BudgetError("--format compose is for --stack FILE (several models)")
     plan = build_plan(options_from_args(args), probe_host())
     if args.chart is not None:
         write_chart(plan, args.chart)

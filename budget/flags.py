@@ -106,6 +106,8 @@ def env_lines(plan: Plan) -> list[str]:
         values["KV_CACHE_MEMORY_BYTES"] = plan.kv_cache_bytes
     if s.served_model_name:
         values["SERVED_MODEL_NAME"] = s.served_model_name
+    if s.runner != "generate":  # absent for a chat model, as before
+        values["RUNNER"] = s.runner
     if s.gdn_prefill_backend:
         values["GDN_PREFILL_BACKEND"] = s.gdn_prefill_backend
     if s.speculation is not None and s.draft_method != "mtp":

@@ -21,6 +21,7 @@ DEFAULT_MODEL = "qwen3.8-flash-next"
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 DEVICES = ("cuda", "cpu")
+RUNNERS = ("generate", "pooling")  # vLLM's --runner (config/model.py RunnerOption)
 # vllm/engine/arg_utils.py --gdn-prefill-backend: flashinfer and triton in every release
 # from 0.20 on (cutedsl from 0.24); unset = vLLM's own choice.
 GDN_PREFILL_BACKENDS = ("flashinfer", "triton", "cutedsl")
@@ -121,6 +122,15 @@ class PlanOptions:
             parsers.text,
             "Model name clients send (vLLM --served-model-name). Unset: vLLM's default.",
             "NAME",
+        ),
+    )
+    runner: str | None = field(
+        default=None,
+        metadata=declare(
+            parsers.choice(RUNNERS),
+            "vLLM's --runner: generate (a chat model) or pooling (an embedding model: no "
+            "lm_head, no sampler, no speculative decoding). Unset: generate.",
+            _choices(RUNNERS),
         ),
     )
     tp: int | None = field(

@@ -343,6 +343,7 @@ def resolve(
         ple_hot_fraction=hot,
         formats=_formats(opts, profile),
         served_model_name=opts.served_model_name,
+        runner=opts.runner or "generate",
         vllm=vllm,
         gdn_prefill_backend=_choose(
             "gdn_prefill_backend", opts.gdn_prefill_backend, GDN_PREFILL_BACKENDS

@@ -56,7 +56,13 @@ BOX_KEYS = (
 )
 _BOX_OPTIONS = tuple(k for k in BOX_KEYS if k != "system_reserve_gib")
 # The stack sets these itself (one box, explicit pools and fractions).
-_NOT_PER_MODEL = ("nodes", "node_link_gbs", "node_link_latency_us", "gpu_memory_utilization")
+_NOT_PER_MODEL = (
+    "nodes",
+    "node_link_gbs",
+    "node_link_latency_us",
+    "gpu_memory_utilization",
+    "runner",  # the model's role says it
+)
 _SETTING_BY_NAME = {s.name: s for s in SETTINGS}
 MODEL_KEYS = (
     "name",
@@ -246,6 +252,7 @@ def _model(path: str, index: int, raw: Any) -> StackModel:
     }
     if role == "embedding":
         values["mtp"] = 0
+    values["runner"] = ROLES[role]
     return StackModel(name.strip(), role, PlanOptions(**values), share)
 
 

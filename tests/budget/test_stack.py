@@ -181,7 +181,7 @@ def test_other_settings_beside_stack_exit_2(capsys: pytest.CaptureFixture[str]) 
     assert main(["plan", "--stack", str(EXAMPLE), "--model", "llama-3.1-8b"]) == 2
     assert "--model is not for it" in capsys.readouterr().err
     assert main(["plan", "--stack", str(EXAMPLE), "--format", "env"]) == 2
-    assert "table or json" in capsys.readouterr().err
+    assert "table, json or compose" in capsys.readouterr().err
 
 
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -206,3 +206,25 @@ def test_a_stack_of_one_model_says_model(
     assert main(["plan", "--stack", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"stack     {path}: 1 model\n" in out and "FITS — 1 model on dgx-spark" in out
+
+
+EMBED_ALONE = ("--model", "qwen3-embedding-0.6b", "--hardware", "dgx-spark")
+
+
+def test_the_runner_reaches_the_env_output_only_for_pooling(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SPARKSERVE_RUNNER is how a stack's embedding model reaches its entrypoint; a chat
+    model's env output is as it was."""
+    main(["plan", *EMBED_ALONE, "--runner", "pooling", "--format", "env"])
+    assert "SPARKSERVE_RUNNER=pooling" in capsys.readouterr().out.splitlines()
+    main(["plan", *EMBED_ALONE, "--format", "env"])
+    assert "SPARKSERVE_RUNNER" not in capsys.readouterr().out
+
+
+def test_a_stack_model_takes_its_runner_from_its_role(tmp_path: Path) -> None:
+    path = tmp_path / "stack.toml"
+    path.write_text(
+        EXAMPLE.read_text().replace('role = "embedding"', 'role = "embedding"\nrunner = "generate"')
+    )
+    assert main(["plan", "--stack", str(path)]) == 2

@@ -31,6 +31,7 @@ GRAFANA_UNITS = {
     "watt", "hertz", "bool_yes_no",
 }  # fmt: skip
 VLLM_SELECTOR = re.compile(r"(vllm:[a-zA-Z0-9_:]+)(\{[^}]*\})?")
+ENTRYPOINT_SELECTOR = re.compile(r"\b(sparkserve_[a-zA-Z0-9_]+)(\{[^}]*\})?")
 RATE_WINDOW = re.compile(r"\[([^\]]+)\]")
 DATASOURCE = {"type": "prometheus", "uid": "${" + DATASOURCE_VAR + "}"}
 
@@ -57,11 +58,13 @@ def test_dashboard_is_json_with_a_datasource_variable(path):
 
 
 @pytest.mark.parametrize("path", DASHBOARDS)
-def test_model_variable_exactly_where_vllm_metrics_are_used(path):
+def test_model_variable_exactly_where_per_model_metrics_are_used(path):
+    """vLLM's series, and the entrypoint's (one per model's vllm service in a stack
+    project, labelled by its scrape config: budget/stack_compose.py)."""
     dashboard = load(path)
-    uses_vllm = "vllm:" in json.dumps([p.get("targets") for p in panels(dashboard)])
+    targets = json.dumps([p.get("targets") for p in panels(dashboard)])
     var = variables(dashboard).get("model_name")
-    assert (var is not None) == uses_vllm
+    assert (var is not None) == ("vllm:" in targets or "sparkserve_" in targets)
     if var is not None:
         assert var["definition"].startswith("label_values(vllm:")
         assert var["datasource"] == DATASOURCE
@@ -86,6 +89,14 @@ def test_panel_and_targets_use_the_datasource_variable(panel):
 def test_every_vllm_selector_filters_by_model(query):
     for _name, matchers in VLLM_SELECTOR.findall(query.expr):
         assert f'model_name="{MODEL_VAR}"' in matchers, query.expr
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_every_entrypoint_selector_filters_by_model_or_has_none(query):
+    """The entrypoint's series carry model_name only in a stack project; `|` keeps a
+    single model's unlabelled series."""
+    for _name, matchers in ENTRYPOINT_SELECTOR.findall(query.expr):
+        assert f'model_name=~"{MODEL_VAR}|"' in matchers, query.expr
 
 
 @pytest.mark.parametrize("query", QUERIES)
