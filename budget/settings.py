@@ -316,6 +316,11 @@ def resolve(
         s.get("cudagraph_mode", "FULL_AND_PIECEWISE")
     )
     speculation = speculation_for(opts, profile)
+    if speculation is not None and opts.runner == "pooling":
+        raise BudgetError(
+            f"--runner pooling with {speculation.method} speculation: a pooling model "
+            "generates no tokens to draft; give --mtp 0 (and no --speculative-config)"
+        )
     mtp = speculation.num_speculative_tokens if speculation else 0
     mode, sizes = _graphs(opts, profile, (device, hw, mode, mtp, seqs, mnbt))
     util, kv_bytes, block = _memory(opts, device)

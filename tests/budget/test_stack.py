@@ -228,3 +228,14 @@ def test_a_stack_model_takes_its_runner_from_its_role(tmp_path: Path) -> None:
         EXAMPLE.read_text().replace('role = "embedding"', 'role = "embedding"\nrunner = "generate"')
     )
     assert main(["plan", "--stack", str(path)]) == 2
+
+
+def test_a_pooling_runner_with_speculation_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The default profile drafts with MTP 3; a pooling model generates nothing to draft."""
+    assert main(["plan", "--runner", "pooling"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--runner pooling with mtp speculation" in err[0]
+    assert main(["plan", "--runner", "pooling", "--mtp", "0", "--format", "argv"]) == 0
+    assert "--speculative-config" not in capsys.readouterr().out
