@@ -4,7 +4,8 @@ stack of tests/docker/conftest.py).
 
 A chat completion on the chat model and an embedding on the embedding model through the
 published gateway with the official SDK; each vLLM logs the KV capacity its slice of the
-stack plan predicts; one model's container killed while the other keeps serving.  One
+stack plan predicts; the dashboards' model selector lists both models and the host
+dashboard has data for each; one model's container killed while the other keeps serving.  One
 compose up, on the base images the other container tests build (`make docker-bases`);
 the file's name puts it after test_stack_teardown.py, once the shared stack is down, so
 the two projects never share the two cores.
@@ -23,13 +24,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
 from budget.cli import main
 from entrypoint.logscan import LogWatcher
 from tests.docker import stack as st
-from tests.integration.dashboards import ROOT
+from tests.integration.dashboards import DASHBOARD_DIR, ROOT, load, queries, variables
+from tests.integration.prom import finite_values
 
 pytestmark = pytest.mark.docker
 
@@ -103,6 +106,7 @@ def models() -> Iterator[Models]:
     try:
         yield Models(env, client, _stack_plan())
     finally:
+        client.close()  # its pooled connections to the gateway, before the project goes
         st.make("down", env, "DOWN_ARGS=-v")
 
 
@@ -132,6 +136,48 @@ def test_each_vllm_logs_the_kv_capacity_of_its_slice(models: Models) -> None:
         assert seen.kv_cache_tokens == plan["kv_cache_tokens"], (name, text[-3000:])
         assert seen.max_concurrency is not None
         assert f"{seen.max_concurrency:.2f}" == f"{plan['max_concurrency']:.2f}", name
+
+
+PROMETHEUS = f"http://127.0.0.1:{PROMETHEUS_PORT}"
+SCRAPES_S = 90.0  # 5 s scrapes: a few after the requests above
+
+
+def _query(expr: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{PROMETHEUS}/api/v1/query", params={"query": expr}, timeout=30)
+    result: list[dict[str, Any]] = response.json()["data"]["result"]
+    return result
+
+
+def _selector_values(dashboard: str) -> set[str]:
+    """What the dashboard's model selector lists: its `label_values(METRIC, model_name)`."""
+    query = variables(load(DASHBOARD_DIR / dashboard))["model_name"]["query"]
+    text = query["query"] if isinstance(query, dict) else query
+    metric = text.removeprefix("label_values(").split(",")[0].strip()
+    response = httpx.get(
+        f"{PROMETHEUS}/api/v1/label/model_name/values", params={"match[]": metric}, timeout=30
+    )
+    return set(response.json()["data"])
+
+
+def test_the_dashboards_select_each_model_and_have_its_data(models: Models) -> None:
+    """The serving and host dashboards' selectors list both models; every non-GPU query of
+    the host dashboard has data for each model, from that model's own series."""
+    served = {models.served("chat"), models.served("embed")}
+    deadline = time.monotonic() + SCRAPES_S
+    while time.monotonic() < deadline and not all(
+        _selector_values(d) >= served for d in ("serving.json", "host-budget.json")
+    ):
+        time.sleep(3)
+    for dashboard in ("serving.json", "host-budget.json"):
+        assert _selector_values(dashboard) >= served, dashboard
+    for query in queries(DASHBOARD_DIR / "host-budget.json"):
+        if query.gpu_only:
+            continue
+        for name in sorted(served):
+            result = _query(query.substituted(name, "60s"))
+            assert finite_values(result), f"No data for {name}: {query.name}"
+            labelled = {r["metric"]["model_name"] for r in result if "model_name" in r["metric"]}
+            assert labelled <= {name}, (name, query.name, labelled)
 
 
 def test_one_model_killed_the_other_keeps_serving(models: Models) -> None:
