@@ -51,12 +51,6 @@ def load(path: Path) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Totals:
-    kind: str  # "device" or "host"
-    microseconds: dict[str, float]
-
-
-@dataclass(frozen=True)
 class Round:
     """One trace: time per name on the device (kernels, copies, memsets) and on the host
     (CPU operators, inclusive of those they call), and the wall time its events span."""
@@ -86,12 +80,6 @@ def summarize(trace: dict[str, Any]) -> Round:
         host=_summed([e for e in events if e.get("cat") == HOST_CATEGORY]),
         span_us=span,
     )
-
-
-def totals(trace: dict[str, Any]) -> Totals:
-    """Time per event name: the device's events, or the CPU operators where it has none."""
-    summary = summarize(trace)
-    return Totals("device", summary.device) if summary.device else Totals("host", summary.host)
 
 
 @dataclass(frozen=True)
