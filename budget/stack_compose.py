@@ -28,9 +28,6 @@ SCRAPE_INTERVAL = "5s"
 SCRAPE_TIMEOUT = "4s"
 VLLM_PORT = 8000
 CONTROL_PORT = 8001
-# The warm-up's requests are chats and completions (entrypoint/warmup.py), which vLLM's
-# pooling runner does not serve.
-_ROLE_ENV = {"embedding": {"SPARKSERVE_WARMUP": "off"}}
 
 
 def service_name(model: str) -> str:
@@ -58,7 +55,6 @@ def _environment(m: ModelPlan) -> dict[str, str]:
     env["SPARKSERVE_MODEL"] = "/models" if m.plan.model_dir else m.plan.model_name
     env["SPARKSERVE_SERVED_MODEL_NAME"] = served_name(m)
     env["SPARKSERVE_CACHE_DIR"] = f"/cache/compile/{m.name}"  # one volume, a folder each
-    env.update(_ROLE_ENV.get(m.role, {}))
     return env
 
 

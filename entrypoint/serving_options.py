@@ -78,7 +78,10 @@ class ServingOptions:
     warmup: bool = field(
         default=True,
         metadata=declare(
-            parsers.switch, "Warm up the real request shapes before /ready turns 200.", "on|off"
+            parsers.switch,
+            "Warm up the real request shapes before /ready turns 200 (never for --runner "
+            "pooling: vLLM's pooling runner serves no chat).",
+            "on|off",
         ),
     )
     vllm_extra_args: tuple[str, ...] = field(

@@ -187,7 +187,11 @@ class Supervisor:
         ctx.console.say(calibration.render(ctx.plan, ctx.watcher.snapshot()))
         if line := capacity_line(ctx.plan, ctx.watcher.snapshot()):
             ctx.console.say(line)
-        if ctx.config.warmup:
+        if ctx.plan.settings.runner == "pooling":
+            # The warm-up's requests are chats and completions, which vLLM's pooling
+            # runner does not serve.
+            ctx.console.phase("warm-up skipped: vLLM's pooling runner serves no chat")
+        elif ctx.config.warmup:
             ctx.lifecycle.update(phase=WARMING_UP)
             seconds = self._watched(
                 child,
