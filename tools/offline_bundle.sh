@@ -18,7 +18,8 @@
 #   --split SIZE            also OUT_DIR/parts/bundle.tar.NN in parts of SIZE (split -b
 #                           syntax, e.g. 56m) for copies with a size limit
 # Needs pip (any Python), git, and this checkout. OUT_DIR gets:
-#   whl/            the wheels (pip download --only-binary for the host's platform)
+#   whl/            the wheels (pip download --only-binary for the host's platform), and
+#                   sparkserve's own (it registers the draft-vocabulary plugin)
 #   src/            sparkserve's packages ($SOURCES) and pyproject.toml, from git HEAD
 #   prometheus.xz   with --prometheus
 #   install.sh      on the host: pip install --no-index --no-deps whl/*.whl (+ Prometheus)
@@ -112,6 +113,10 @@ for whl in "$work"/dl/*.whl; do
 done
 
 git -C "$repo" archive HEAD $SOURCES pyproject.toml | tar x -C "$out/src"
+# sparkserve itself as a wheel as well: vLLM finds the draft-vocabulary plugin through the
+# entry points of installed packages (vllm.general_plugins), never through PYTHONPATH.
+mkdir -p "$work/project" && git -C "$repo" archive HEAD | tar x -C "$work/project"
+python3 -m pip wheel --quiet --no-deps -w "$out/whl" "$work/project"
 
 if [ "$prometheus" = 1 ]; then
     deb_arch=$([ "$arch" = x86_64 ] && echo amd64 || echo arm64)

@@ -176,11 +176,24 @@ def test_a_vllm_the_plugin_was_not_tested_on_is_refused_at_pre_flight(reduced):
         check_draft_vocab(config, build_plan(config.plan))
 
 
-def test_on_vllm_0_24_the_qwen3_next_drafter_passes_with_a_warning(reduced):
-    """Its 0.24.0 support was read from the wheel's source, never served."""
+@pytest.mark.parametrize(
+    ("architecture", "warned"),
+    [
+        ("Qwen3NextForCausalLM", False),  # served on a GPU (fixtures/gpu_h100_vllm_0.24.0)
+        ("Qwen3_5MoeForConditionalGeneration", False),  # the same
+        ("Qwen3_5ForConditionalGeneration", True),  # its Qwen3_5MTP never loaded
+    ],
+)
+def test_on_vllm_0_24_a_drafter_never_served_passes_with_a_warning(reduced, architecture, warned):
     config = _config(reduced, SPARKSERVE_VLLM_VERSION="0.24.0")
-    warning = check_draft_vocab(config, build_plan(config.plan))
-    assert warning and "Qwen3NextMTP drafter has never been served by a real vLLM 0.24.0" in warning
+    plan = build_plan(config.plan)
+    plan.model = replace(plan.model, architecture=architecture)
+    warning = check_draft_vocab(config, plan)
+    if warned:
+        assert warning
+        assert "Qwen3_5MTP drafter has never been served by a real vLLM 0.24.0" in warning
+    else:
+        assert warning is None
 
 
 def test_on_vllm_0_24_a_text_only_qwen3_5_target_is_refused(tmp_path):

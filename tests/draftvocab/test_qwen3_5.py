@@ -117,3 +117,26 @@ def test_tied_embeddings_in_either_config_are_exit_2(tmp_path, where):
     made = _draftvocab(src, tmp_path / "dst", EVEN_COUNTS)
     assert made.returncode == 2, made.stdout
     assert "tie_word_embeddings is true" in made.stderr and len(made.stderr.splitlines()) == 1
+
+
+def test_the_moe_checkpoint_served_on_vllm_0_24_has_the_published_layout(tmp_path):
+    """tiny_qwen3_5.write_moe, the checkpoint the GPU equality run served: transformers
+    reads it as Qwen3.5-MoE, its language model's tensors sit under model.language_model,
+    it has no vision weights (vLLM serves it with --language-model-only), and the tool
+    writes draft_vocab_size into text_config."""
+    src = tiny_qwen3_5.write_moe(tmp_path / "src")
+    config = AutoConfig.from_pretrained(src)
+    assert type(config).__name__ == "Qwen3_5MoeConfig"
+    assert config.text_config.num_experts == 4 and config.text_config.mtp_num_hidden_layers == 1
+    with safe_open(src / "model.safetensors", framework="pt") as f:
+        names = list(f.keys())
+    assert "lm_head.weight" in names and "mtp.fc.weight" in names
+    assert not any(n.startswith("model.visual") for n in names)
+    decoder = [n for n in names if n.startswith("model.") and n != "model.language_model"]
+    assert decoder and all(n.startswith("model.language_model.") for n in decoder)
+    assert any(".mlp.experts.3.down_proj.weight" in n for n in names if n.startswith("mtp."))
+    made = _draftvocab(src, tmp_path / "dst", EVEN_COUNTS)
+    assert made.returncode == 0, made.stderr
+    written = json.loads((tmp_path / "dst" / "config.json").read_text())
+    assert written["text_config"]["draft_vocab_size"] == ROWS
+    assert "draft_vocab_size" not in written

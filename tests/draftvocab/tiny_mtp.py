@@ -93,10 +93,18 @@ def write(out_dir: Path) -> Path:
     return out_dir
 
 
-def save_with_mtp(model: torch.nn.Module, hidden: int, out_dir: Path) -> None:
-    """`model`'s weights as described above, with its MTP module, in model.safetensors."""
+def save_with_mtp(
+    model: torch.nn.Module, hidden: int, out_dir: Path, decoder_prefix: str = "model."
+) -> None:
+    """`model`'s weights as described above, with its MTP module, in model.safetensors;
+    the decoder's tensors named under `decoder_prefix` (a multimodal checkpoint keeps them
+    under `model.language_model.`)."""
     state = scaled(model.state_dict())
     state["model.embed_tokens.weight"] = torch.randn_like(state["model.embed_tokens.weight"])
     state["lm_head.weight"] = torch.randn_like(state["lm_head.weight"]) * LM_HEAD_STD
+    state = {
+        decoder_prefix + name.removeprefix("model.") if name.startswith("model.") else name: t
+        for name, t in state.items()
+    }
     state.update(mtp_layer_weights(model, hidden))
     save_file({name: t.contiguous() for name, t in state.items()}, out_dir / "model.safetensors")
