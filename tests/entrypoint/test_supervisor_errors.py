@@ -278,3 +278,30 @@ def test_sigterm_while_starting_is_exit_0_without_orphans(
     assert ("still running after 1 s: SIGKILL" in out) == ignores_sigterm
     assert alive_in_group(group) == [] and not is_running(sleeper)
     assert run.lifecycle.status.phase == "stopping"
+
+
+def _with_runner(plan, runner: str):
+    return replace(plan, settings=replace(plan.settings, runner=runner))
+
+
+def test_a_pooling_model_is_ready_without_the_chat_warm_up(tiny_plan, console, tmp_path):
+    """vLLM's pooling runner serves no chat or completion: with SPARKSERVE_WARMUP on, the
+    entrypoint skips the warm-up for it and reports ready. The fake vLLM answers nothing
+    but /health, so a warm-up that starts says so (its first request, /v1/models, gets a
+    503), as the same plan with the generate runner shows."""
+    outputs = {}
+    for runner in ("pooling", "generate"):
+        run = FakeRun(
+            _with_runner(tiny_plan, runner), type(console)(), tmp_path, SPARKSERVE_WARMUP="on"
+        )
+        try:
+            run.start()
+            run.wait_output(r"ready after [\d.]+ s")
+            assert run.ready_status() == 200
+            outputs[runner] = run.output()
+        finally:
+            run.close()
+    assert "warm-up skipped: vLLM's pooling runner serves no chat" in outputs["pooling"]
+    assert "/v1/models" not in outputs["pooling"]
+    assert "warm-up skipped: /v1/models answered 503" in outputs["generate"]
+    assert "pooling runner" not in outputs["generate"]
