@@ -7,8 +7,8 @@ printed as a table; `report` prints the tables again from report.json files:
   `python -m draftvocab SRC --out DST` made of it. vLLM serves greedy completions three
   times (SRC without speculation, SRC with MTP and the full head, DST with MTP and the
   reduced head through the plugin); the two MTP runs must give the plain run's tokens,
-  token for token. `--dtype` is tried first; if vLLM does not start in it, the runs use
-  `--fallback-dtype` and the report keeps why.
+  token for token. `--dtype` is tried first; if vLLM does not start in it or fails its
+  first request, the runs use `--fallback-dtype` and the report keeps why.
 - `lm-head`: the drafter's lm_head matmul (torch's F.linear, as vLLM's unquantized head
   computes it) over the full vocabulary and over the draft rows with the plugin's
   scatter back to target ids, timed with CUDA events, and the bytes each reads.

@@ -52,10 +52,15 @@ MAX_HEADER_COUNT = 100
 def forward_headers(
     raw: Iterable[tuple[bytes, bytes]], extra: dict[str, str]
 ) -> list[tuple[str, str]]:
+    """The client's headers vLLM may see, then `extra`, which replaces any of the client's
+    of the same name: a field such as Content-Type is sent once (RFC 9110 §5.3; a strict
+    server refuses a request that repeats it)."""
+    replaced = {name.lower().encode("latin-1") for name in extra}
     kept = [
         (name.decode("latin-1"), value.decode("latin-1"))
         for name, value in raw
         if name.lower() not in _REQUEST_DROPPED_BYTES
+        and name.lower() not in replaced
         and not name.lower().startswith(b"x-sparkserve-")
     ]
     return kept + list(extra.items())
