@@ -4,8 +4,10 @@ stack of tests/docker/conftest.py).
 
 A chat completion on the chat model and an embedding on the embedding model through the
 published gateway with the official SDK; each vLLM logs the KV capacity its slice of the
-stack plan predicts; the dashboards' model selector lists both models and the host
-dashboard has data for each; one model's container killed while the other keeps serving.  One
+stack plan predicts; the dashboards' model selector lists both models, the host
+dashboard has data for each, and so has the serving dashboard (for the embedding model,
+every panel but the generation ones); one model's container killed while the other keeps
+serving.  One
 compose up, on the base images the other container tests build (`make docker-bases`);
 the file's name puts it after test_stack_teardown.py, once the shared stack is down, so
 the two projects never share the two cores.
@@ -178,6 +180,45 @@ def test_the_dashboards_select_each_model_and_have_its_data(models: Models) -> N
             assert finite_values(result), f"No data for {name}: {query.name}"
             labelled = {r["metric"]["model_name"] for r in result if "model_name" in r["metric"]}
             assert labelled <= {name}, (name, query.name, labelled)
+
+
+def _traffic(models: Models) -> None:
+    for _ in range(3):
+        models.client.chat.completions.create(
+            model=models.served("chat"),
+            messages=[{"role": "user", "content": "hello again"}],
+            max_tokens=8,
+        )
+        models.client.embeddings.create(model=models.served("embed"), input=["a sentence"])
+
+
+def test_the_serving_dashboard_has_data_for_each_model(models: Models) -> None:
+    """Every query of the serving dashboard has data for the chat model, from its own
+    series; for the embedding model every query but the generation panels (a pooling
+    model generates no tokens: their descriptions say so)."""
+    _traffic(models)
+    served = {"chat": models.served("chat"), "embed": models.served("embed")}
+    finished = 'sum(vllm:request_success_total{model_name="%s"})'
+    deadline = time.monotonic() + SCRAPES_S
+    while time.monotonic() < deadline and not all(
+        finite_values(_query(finished % name)) and _query(finished % name)[0]["value"][1] != "0"
+        for name in served.values()
+    ):
+        time.sleep(3)
+    time.sleep(12)  # two more scrapes, so that every rate has two points after the traffic
+    missing: dict[str, list[str]] = {}
+    for role, name in served.items():
+        missing[role] = []
+        for query in queries(DASHBOARD_DIR / "serving.json"):
+            if role == "embed" and query.generation_only:
+                continue
+            result = _query(query.substituted(name, "10m"))
+            if not finite_values(result):
+                missing[role].append(query.name)
+                continue
+            labelled = {r["metric"]["model_name"] for r in result if "model_name" in r["metric"]}
+            assert labelled <= {name}, (name, query.name, labelled)
+    assert missing == {"chat": [], "embed": []}
 
 
 def test_one_model_killed_the_other_keeps_serving(models: Models) -> None:

@@ -2,6 +2,8 @@
 
 Panels whose description starts with GPU_ONLY_PREFIX read NVML series, which exist
 only where the entrypoint sees a GPU; the live test skips them on CPU with that reason.
+Panels whose description starts with GENERATION_PREFIX show generated tokens, which a
+pooling (embedding) model never produces: they stay empty for it by design.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = ROOT / "grafana" / "dashboards"
 GPU_ONLY_PREFIX = "[GPU only]"
+GENERATION_PREFIX = "[Generating models]"
 DATASOURCE_VAR = "DS_PROMETHEUS"
 MODEL_VAR = "$model_name"
 RATE_INTERVAL = "$__rate_interval"
@@ -37,6 +40,7 @@ class Query:
     ref: str
     expr: str
     gpu_only: bool
+    generation_only: bool = False
 
     @property
     def name(self) -> str:
@@ -66,10 +70,21 @@ def is_gpu_only(panel: dict[str, Any]) -> bool:
     return str(panel.get("description", "")).startswith(GPU_ONLY_PREFIX)
 
 
+def is_generation_only(panel: dict[str, Any]) -> bool:
+    return str(panel.get("description", "")).startswith(GENERATION_PREFIX)
+
+
 def queries(path: Path) -> list[Query]:
     dashboard = load(path)
     return [
-        Query(path.stem, panel["title"], target["refId"], target["expr"], is_gpu_only(panel))
+        Query(
+            path.stem,
+            panel["title"],
+            target["refId"],
+            target["expr"],
+            is_gpu_only(panel),
+            is_generation_only(panel),
+        )
         for panel in panels(dashboard)
         for target in panel.get("targets", [])
     ]
