@@ -6,11 +6,10 @@ A chat completion on the chat model and an embedding on the embedding model thro
 published gateway with the official SDK; each vLLM logs the KV capacity its slice of the
 stack plan predicts; the dashboards' model selector lists both models, the host
 dashboard has data for each, and so has the serving dashboard (for the embedding model,
-every panel but the generation ones); one model's container killed while the other keeps
-serving.  One
-compose up, on the base images the other container tests build (`make docker-bases`);
-the file's name puts it after test_stack_teardown.py, once the shared stack is down, so
-the two projects never share the two cores.
+every panel but inter-token latency); one model's container killed while the other keeps
+serving. One compose up, on the base images the other container tests build (`make
+docker-bases`); the file's name puts it after test_stack_teardown.py, once the shared
+stack is down, so the two projects never share the two cores.
 """
 
 from __future__ import annotations
@@ -194,8 +193,8 @@ def _traffic(models: Models) -> None:
 
 def test_the_serving_dashboard_has_data_for_each_model(models: Models) -> None:
     """Every query of the serving dashboard has data for the chat model, from its own
-    series; for the embedding model every query but the generation panels (a pooling
-    model generates no tokens: their descriptions say so)."""
+    series; for the embedding model every query but those of `[Generating models]` panels
+    (a pooling model generates no tokens: their descriptions say so)."""
     _traffic(models)
     served = {"chat": models.served("chat"), "embed": models.served("embed")}
     finished = 'sum(vllm:request_success_total{model_name="%s"})'
