@@ -635,6 +635,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_vllm_args(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--vllm-args",
+        type=shlex.split,
+        default=[],
+        metavar="'ARGS'",
+        help="more vLLM flags, one shell-quoted string",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="python -m draftvocab.gpu_check",
@@ -651,17 +661,11 @@ def parser() -> argparse.ArgumentParser:
     eq.add_argument(
         "--fallback-dtype",
         default="bfloat16",
-        help="used when vLLM does not start in --dtype ('' for none)",
+        help="used when vLLM does not start in --dtype or fails its first request ('' for none)",
     )
     eq.add_argument("--mtp", type=_positive, default=2, help="draft tokens per step")
     eq.add_argument("--max-tokens", type=_positive, default=32)
-    eq.add_argument(
-        "--vllm-args",
-        type=shlex.split,
-        default=[],
-        metavar="'ARGS'",
-        help="more vLLM flags, one shell-quoted string",
-    )
+    _add_vllm_args(eq)
 
     lm = sub.add_parser("lm-head", help="the drafter's lm_head matmul, full against reduced")
     lm.add_argument("--out", type=Path, required=True)
@@ -689,13 +693,7 @@ def parser() -> argparse.ArgumentParser:
         help="serve one head only, keeping the other's result from an earlier "
         "run with the same settings in --out",
     )
-    dec.add_argument(
-        "--vllm-args",
-        type=shlex.split,
-        default=[],
-        metavar="'ARGS'",
-        help="more vLLM flags, one shell-quoted string",
-    )
+    _add_vllm_args(dec)
 
     rep = sub.add_parser("report", help="print the tables of report.json files again")
     rep.add_argument("reports", type=Path, nargs="+", help="report.json files")

