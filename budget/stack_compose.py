@@ -50,7 +50,9 @@ def _q(text: str) -> str:
     return json.dumps(text.replace("$", "$$"))
 
 
-def _environment(m: ModelPlan) -> dict[str, str]:
+def model_environment(m: ModelPlan) -> dict[str, str]:
+    """One model's `SPARKSERVE_*` settings, its slice of the plan (the entrypoint
+    recomputes the same plan from them)."""
     env = dict(line.split("=", 1) for line in env_lines(m.plan))
     env["SPARKSERVE_MODEL"] = "/models" if m.plan.model_dir else m.plan.model_name
     env["SPARKSERVE_SERVED_MODEL_NAME"] = served_name(m)
@@ -70,10 +72,10 @@ def _model_source(m: ModelPlan) -> str:
 def _vllm_service(m: ModelPlan, base: str, before: str | None) -> list[str]:
     lines = [
         f"  {service_name(m.name)}:",
-        f"    # {m.name} ({m.role}): {m.plan.model_name}, {m.total_bytes / 2**30:.2f} GiB planned",
+        f"    # {m.name} ({m.role}): {m.plan.model_name}, {m.held_bytes / 2**30:.2f} GiB planned",
         f"    extends: {{file: {_q(base)}, service: vllm}}",
         "    environment:",
-        *(f"      {k}: {_q(str(v))}" for k, v in _environment(m).items()),
+        *(f"      {k}: {_q(str(v))}" for k, v in model_environment(m).items()),
         "    volumes:",
         f"      - {{type: bind, source: {_model_source(m)}, target: /models, read_only: true}}",
     ]

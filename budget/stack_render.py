@@ -44,6 +44,11 @@ def _model_section(m: ModelPlan) -> list[str]:
     for name, size in sorted(p.components.items(), key=lambda kv: -kv[1]):
         rows.append(f"  {name:<26}{size / GiB:>9.2f}  {p.notes.get(name, '')}")
     rows.append(f"  {'model total':<26}{p.total_bytes / GiB:>9.2f}")
+    if m.context_bytes:
+        rows.append(
+            f"  {'+ CUDA context':<26}{m.context_bytes / GiB:>9.2f}  measured on H100: held "
+            "before vLLM's start-up check, outside its request"
+        )
     lines = format_kv_log_lines(p.capacity, s.max_model_len, s.device, s.vllm.rules)
     rows.append(
         f"  KV pool   {_gib(p.kv_cache_bytes)}, block {p.block_size} tokens, "
@@ -59,8 +64,8 @@ def _start_rows(stack: StackPlan) -> list[str]:
     rows = [
         "start order (one at a time, each once the one before is up; largest request "
         "first): vLLM's start-up check (v1/worker/utils.py request_memory) needs the free "
-        "memory it measures ≥ ceil(total × --gpu-memory-utilization), and the models "
-        "started before hold theirs"
+        "memory it measures, once its own CUDA context exists, ≥ ceil(total × "
+        "--gpu-memory-utilization), and the models started before hold theirs"
     ]
     for i, c in enumerate(stack.start_checks, 1):
         if not c.checked:
@@ -91,7 +96,7 @@ def render_stack(stack: StackPlan) -> str:
         lines += [*_model_section(m), ""]
     lines += [
         "box",
-        *(f"  {m.name:<24}{m.total_bytes / GiB:>9.2f}" for m in stack.models),
+        *(f"  {m.name:<24}{m.held_bytes / GiB:>9.2f}" for m in stack.models),
         f"  {'system_reserve (once)':<24}{stack.system_reserve_bytes / GiB:>9.2f}",
         f"  {'total':<24}{stack.total_bytes / GiB:>9.2f}",
         f"  {'memory':<24}{stack.memory_bytes / GiB:>9.2f}",
@@ -138,6 +143,8 @@ def stack_dict(stack: StackPlan) -> dict[str, Any]:
                 "memory_share": m.memory_share,
                 "slice_bytes": m.slice_bytes,
                 "total_bytes": m.total_bytes,
+                "context_bytes": m.context_bytes,
+                "held_bytes": m.held_bytes,
                 "shortfall_bytes": m.shortfall_bytes,
                 "counted": ROLE_NOTES[m.role],
                 "vllm_args": vllm_args(m.plan),

@@ -13,7 +13,13 @@ from budget.errors import BudgetError
 from budget.flags import vllm_args
 from budget.options import PlanOptions
 from budget.planner import build_plan
-from budget.stack import StackPlan, load_stack, plan_stack
+from budget.stack import (
+    CUDA_CONTEXT_BYTES,
+    RUNTIME_SPREAD_BYTES,
+    StackPlan,
+    load_stack,
+    plan_stack,
+)
 
 EXAMPLE = Path(__file__).parents[2] / "budget/profiles/stacks/dgx-spark-chat-embed.toml"
 
@@ -53,7 +59,9 @@ def test_example_fits_with_the_system_reserve_counted_once() -> None:
         assert "system_reserve" not in m.plan.components
     alone = build_plan(PlanOptions(model="qwen3-30b-a3b", hardware="dgx-spark"))
     assert stack.system_reserve_bytes == alone.components["system_reserve"] > 0
-    assert stack.total_bytes == sum(m.total_bytes for m in stack.models) + (
+    # Each vLLM also holds its CUDA context, outside its plan and its request.
+    assert [m.held_bytes - m.total_bytes for m in stack.models] == [CUDA_CONTEXT_BYTES] * 2
+    assert stack.total_bytes == sum(m.total_bytes + CUDA_CONTEXT_BYTES for m in stack.models) + (
         stack.system_reserve_bytes
     )
     assert stack.total_bytes + stack.headroom_bytes == stack.memory_bytes
@@ -91,9 +99,12 @@ def test_start_order_is_largest_first_and_every_check_passes() -> None:
     stack = plan_stack(load_stack(EXAMPLE))
     assert stack.start_order == ["chat", "embed"]
     first, second = stack.start_checks
-    assert first.free_bytes == stack.memory_bytes - stack.system_reserve_bytes
+    # vLLM measures once its own CUDA context exists; the chat model holds its plan and
+    # its context when the embedding model starts.
+    usable = stack.memory_bytes - stack.system_reserve_bytes
+    assert first.free_bytes == usable - CUDA_CONTEXT_BYTES
     chat = stack.models[0]
-    assert second.free_bytes == first.free_bytes - chat.total_bytes
+    assert second.free_bytes == usable - chat.total_bytes - 2 * CUDA_CONTEXT_BYTES
     assert all(c.passes for c in stack.start_checks)
 
 
@@ -102,8 +113,11 @@ def test_shares_split_what_the_reserve_leaves(tmp_path: Path) -> None:
     stack = _plan(tmp_path, text)
     assert stack.system_reserve_bytes == 0  # a discrete GPU
     chat = stack.models[0]
-    assert chat.slice_bytes is not None
-    assert chat.total_bytes == chat.slice_bytes
+    assert chat.slice_bytes == int(stack.memory_bytes * 0.7)
+    # The pool fills the slice but for the CUDA context, the request's rounding (0.001
+    # of the box) and the calibrated runtime's spread.
+    leaves = CUDA_CONTEXT_BYTES + stack.memory_bytes // 1000 + 1 + RUNTIME_SPREAD_BYTES
+    assert chat.total_bytes == chat.slice_bytes - leaves
     assert stack.fits
 
 
@@ -134,7 +148,10 @@ def test_json_has_the_box_and_each_model(capsys: pytest.CaptureFixture[str]) -> 
     assert data["fits"] is True
     assert data["start_order"] == ["chat", "embed"]
     assert [m["name"] for m in data["models"]] == ["chat", "embed"]
-    total = sum(m["total_bytes"] for m in data["models"]) + data["system_reserve_bytes"]
+    for m in data["models"]:
+        assert m["held_bytes"] == m["total_bytes"] + m["context_bytes"]
+        assert m["context_bytes"] == CUDA_CONTEXT_BYTES  # dgx-spark: cuda, unified memory
+    total = sum(m["held_bytes"] for m in data["models"]) + data["system_reserve_bytes"]
     assert data["total_bytes"] == total
     for m in data["models"]:
         assert str(m["plan"]["kv_cache_bytes"]) in m["vllm_args"]
