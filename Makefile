@@ -240,8 +240,12 @@ bench-warmup: $(VENV)/.test-stamp ## First-request TTFT right after ready vs ste
 .PHONY: gpu-check
 ARGS ?= --out run/gpu-check
 
-gpu-check: $(VENV)/.base-stamp ## The planner against vLLM on this GPU, dummy weights (ARGS="--out DIR --model …"; needs vLLM with CUDA)
+gpu-check: $(VENV)/.base-stamp ## The planner against vLLM on this GPU, dummy weights (ARGS="--out DIR --model …"; STACK=FILE: a stack's models in its start order; needs vLLM with CUDA)
+ifdef STACK
+	$(PY) -m entrypoint.gpu_check.stack $(STACK) $(ARGS)
+else
 	$(PY) -m entrypoint.gpu_check $(ARGS)
+endif
 
 # --- gateway overhead (docs/gateway.md "Overhead") -----------------------------------------
 .PHONY: bench-gateway
