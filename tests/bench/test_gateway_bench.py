@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gateway_bench import METRICS, Round, Target, main, paired_ratio
+from bench.gateway_bench import METRICS, Round, Target, main, paired_ratio, parser, targets
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,6 +69,20 @@ def test_a_lower_bound_is_met_or_missed_only_by_the_whole_interval(
     assert Target("tokens/s", 0.95, at_most=False).verdict(low, high) == verdict
 
 
+def test_a_target_is_one_number_for_both_phases_or_per_phase() -> None:
+    """Without the flag, the embedded gateway is held to less than the standalone one;
+    one number sets both; PHASE=X sets one and leaves the other's default."""
+    defaults = parser().parse_args([])
+    assert targets(defaults, "standalone")["ttft_p50"].bound == 1.03
+    assert targets(defaults, "embedded")["ttft_p50"].bound == 1.02
+    both = parser().parse_args(["--target-ttft-p50", "1.2"])
+    assert {targets(both, p)["ttft_p50"].bound for p in ("standalone", "embedded")} == {1.2}
+    one = parser().parse_args(["--target-tokens-per-s", "embedded=0.9"])
+    assert targets(one, "embedded")["tokens_per_s"].bound == 0.9
+    assert targets(one, "standalone")["tokens_per_s"].bound == 0.98
+    assert targets(one, "embedded")["ttft_p99"].bound == 1.10
+
+
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
@@ -76,6 +90,8 @@ def test_a_lower_bound_is_met_or_missed_only_by_the_whole_interval(
         (["--concurrency", "0"], "a comma list of stream counts of 1 or more"),
         (["--rounds", "1"], "'1': a whole number of 2 or more"),
         (["--target-ttft-p50", "-1"], "'-1': a number above 0"),
+        (["--target-ttft-p50", "embedded=0"], "'0': a number above 0"),
+        (["--target-ttft-p50", "gpu=1.1"], "phase 'gpu' unknown; X, or PHASE=X for standalone"),
         (["--embedded-url", "http://127.0.0.1:1"], "--embedded-url and --bypass-token go"),
         (["--bypass-token", "t"], "--embedded-url and --bypass-token go together"),
         (["--max-tokens", "0"], "--max-tokens 0: 1 or more"),
@@ -126,7 +142,16 @@ def test_a_whole_run_races_both_phases_on_vllm_cpu(tmp_path: Path) -> None:
         if key[2] != "direct":
             value, low, high = row["ttft_p50_ratio"]
             assert low <= value <= high
-    for phase in ("standalone", "embedded"):
-        verdict = got[(3, phase, phase)]["ttft_p50_verdict"]
+    # Each phase's own target, and what its gateway added to the direct path's p50.
+    for phase, bound in (("standalone", "1.03"), ("embedded", "1.02")):
+        row = got[(3, phase, phase)]
+        verdict = row["ttft_p50_verdict"]
         assert verdict in {"met", "missed", "undecided"}
-        assert f"  {phase:<10} TTFT p50 <= 1.05x  {verdict}" in done.stdout
+        added = (row["ttft_p50"] - got[(3, phase, "direct")]["ttft_p50"]) * 1e3
+        assert row["ttft_p50_added_ms"] == pytest.approx(added)
+        line = next(
+            line for line in done.stdout.splitlines() if line.startswith(f"  {phase:<10} TTFT p50")
+        )
+        assert line.startswith(f"  {phase:<10} TTFT p50 <= {bound}x  {verdict}")
+        assert line.endswith(f"  {added:+.1f} ms")
+    assert data["targets"]["embedded"]["ttft_p50"] == "TTFT p50 <= 1.02x"
