@@ -313,7 +313,7 @@ def render(outcome: StackOutcome) -> str:
         "## Starts, in the plan's order",
         "",
         "| model | role | free before (NVML) | vLLM saw free | plan: free at start "
-        "| plan: vLLM asks | plan: holds | held (NVML) | state | request |",
+        "| plan: vLLM asks | plan: holds, context included | held (NVML) | state | request |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     runs = {r.name: r for r in outcome.runs}
@@ -328,7 +328,7 @@ def render(outcome: StackOutcome) -> str:
         lines.append(
             f"| {name} | {run.role} | {_gib(run.before.free_bytes)} "
             f"| {_gib(run.vllm_free_bytes)} | {_gib(c.free_bytes)} "
-            f"| {_gib(c.request_bytes) if c.checked else 'no check'} | {_gib(m.total_bytes)} "
+            f"| {_gib(c.request_bytes) if c.checked else 'no check'} | {_gib(m.held_bytes)} "
             f"| {_gib(run.held_bytes)} | {ready} | {request} |"
         )
     for run in outcome.runs:
@@ -354,6 +354,7 @@ def render(outcome: StackOutcome) -> str:
 
 
 def to_json(outcome: StackOutcome) -> str:
+    by_name = {m.name: m for m in outcome.stack.models}
     data: dict[str, Any] = {
         "passed": outcome.passed,
         "machine": outcome.machine,
@@ -364,9 +365,8 @@ def to_json(outcome: StackOutcome) -> str:
             {
                 **{k: v for k, v in asdict(r).items() if k != "figures"},
                 "held_bytes": r.held_bytes,
-                "planned_total_bytes": next(
-                    m.total_bytes for m in outcome.stack.models if m.name == r.name
-                ),
+                "planned_total_bytes": by_name[r.name].total_bytes,
+                "planned_held_bytes": by_name[r.name].held_bytes,
                 "figures": [
                     {**asdict(f), "relative": f.relative, "verdict": f.verdict} for f in r.figures
                 ],

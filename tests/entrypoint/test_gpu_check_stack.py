@@ -79,6 +79,7 @@ def test_both_models_start_in_the_plans_order_and_log_their_planned_pools(
     for m in plan.models:
         seen = models[m.name]
         assert seen["state"] == "ready" and seen["request_status"] == 200
+        assert seen["planned_held_bytes"] == m.total_bytes  # no CUDA context on cpu
         tokens = next(f for f in seen["figures"] if f["name"] == "KV cache tokens")
         assert tokens["observed"] == m.plan.kv_cache_tokens
         assert (out / m.name / "vllm.log").is_file()
