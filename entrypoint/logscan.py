@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -108,3 +109,11 @@ class LogWatcher:
             new = [phase for phase in phases if phase not in self._reported]
             self._reported.update(new)
         return new
+
+
+def observed_in(lines: Iterable[str]) -> Observed:
+    """What a whole vLLM log (its lines, as vLLM printed them) says."""
+    watcher = LogWatcher()
+    for line in lines:
+        watcher.feed(line)
+    return watcher.snapshot()

@@ -35,7 +35,7 @@ from entrypoint.gpu_check.models import model_dir
 from entrypoint.gpu_check.report import READY, Outcome
 from entrypoint.graph_hits import coverage, graph_hits, parse_log
 from entrypoint.graph_stats import parse_graph_stats
-from entrypoint.logscan import LogWatcher
+from entrypoint.logscan import observed_in
 from entrypoint.nvml import load_nvml, read_gpus
 from entrypoint.preflight import fit_problem, run_checks
 from entrypoint.serve import Prepared, prepare, rules_line
@@ -280,10 +280,7 @@ def outcome(
 ) -> Outcome:
     lines, vllm_lines = read_log(options.out / "entrypoint.log")
     (options.out / "vllm.log").write_text("\n".join(vllm_lines) + "\n")
-    watcher = LogWatcher()
-    for line in vllm_lines:
-        watcher.feed(line)
-    observed = watcher.snapshot()
+    observed = observed_in(vllm_lines)
     plan = prepared.plan
     return Outcome(
         plan=plan,

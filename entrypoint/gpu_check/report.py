@@ -43,7 +43,7 @@ class Outcome:
         return self.state == READY and all_within(self.figures)
 
 
-def _figure_rows(figures: list[Figure]) -> list[str]:
+def figure_rows(figures: list[Figure]) -> list[str]:
     rows = ["| figure | planned | vLLM | difference | verdict |", "|---|---|---|---|---|"]
     for f in figures:
         tolerance = "" if not f.tolerance else f" (±{f.tolerance:.0%})"
@@ -135,7 +135,7 @@ def render(outcome: Outcome) -> str:
         "",
         "## The plan against vLLM's log",
         "",
-        *_figure_rows(outcome.figures),
+        *figure_rows(outcome.figures),
         "",
         "## Start-up (seconds from launch; the planner makes no time estimate)",
         "",
@@ -156,7 +156,7 @@ def render(outcome: Outcome) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _figure_json(f: Figure) -> dict[str, Any]:
+def figure_json(f: Figure) -> dict[str, Any]:
     return {**asdict(f), "relative": f.relative, "verdict": f.verdict}
 
 
@@ -169,7 +169,7 @@ def to_json(outcome: Outcome) -> str:
         "machine": outcome.machine,
         "vllm": outcome.vllm,
         "command": outcome.command,
-        "figures": [_figure_json(f) for f in outcome.figures],
+        "figures": [figure_json(f) for f in outcome.figures],
         "observed": asdict(outcome.observed),
         "startup_phases_seconds": outcome.phases,
         "printed_seconds": outcome.printed,

@@ -48,11 +48,11 @@ from entrypoint.gpu_check.check import (
     nvidia_smi,
     read_log,
 )
-from entrypoint.gpu_check.compare import Figure, all_within, difference, figures, shown
+from entrypoint.gpu_check.compare import Figure, all_within, figures
 from entrypoint.gpu_check.launch import EntrypointProcess, free_port
 from entrypoint.gpu_check.models import write_profile_model
-from entrypoint.gpu_check.report import READY
-from entrypoint.logscan import LogWatcher
+from entrypoint.gpu_check.report import READY, figure_json, figure_rows
+from entrypoint.logscan import observed_in
 from entrypoint.nvml import load_nvml, read_gpus
 
 READY_TIMEOUT_S = 1800.0
@@ -264,10 +264,7 @@ def run_stack(stack: StackPlan, out: Path, machine: str, ready_timeout_s: float)
 def read_run(run: ModelRun, m: ModelPlan, folder: Path) -> None:
     lines, vllm_lines = read_log(folder / "entrypoint.log")
     (folder / "vllm.log").write_text("\n".join(vllm_lines) + "\n")
-    watcher = LogWatcher()
-    for line in vllm_lines:
-        watcher.feed(line)
-    run.figures = figures(m.plan, watcher.snapshot())
+    run.figures = figures(m.plan, observed_in(vllm_lines))
     run.vllm_free_bytes = vllm_free(vllm_lines)
     if run.state != READY:
         run.last_lines = [line for _, line in lines[-LAST_LINES:]]
@@ -284,13 +281,12 @@ def vllm_free(vllm_lines: list[str]) -> int | None:
 
 def compare_logs(stack: StackPlan, folder: Path) -> dict[str, list[Figure]]:
     """Each model's plan against the vllm.log in folder/NAME (a kept run, replayed)."""
-    found = {}
-    for m in stack.models:
-        watcher = LogWatcher()
-        for line in (folder / m.name / "vllm.log").read_text().splitlines():
-            watcher.feed(line)
-        found[m.name] = figures(m.plan, watcher.snapshot())
-    return found
+    return {
+        m.name: figures(
+            m.plan, observed_in((folder / m.name / "vllm.log").read_text().splitlines())
+        )
+        for m in stack.models
+    }
 
 
 def _gib(value: int | None) -> str:
@@ -332,22 +328,14 @@ def render(outcome: StackOutcome) -> str:
             f"| {_gib(run.held_bytes)} | {ready} | {request} |"
         )
     for run in outcome.runs:
-        m = by_name[run.name]
         lines += [
             "",
             f"## {run.name}: the plan against vLLM's log",
             "",
             f"served as `{run.served}` ({ROLES[run.role]} runner)",
             "",
-            "| figure | planned | vLLM | difference | verdict |",
-            "|---|---|---|---|---|",
+            *figure_rows(run.figures),
         ]
-        for f in run.figures:
-            tolerance = "" if not f.tolerance else f" (±{f.tolerance:.0%})"
-            lines.append(
-                f"| {f.name} | {shown(f.planned, f.unit)} | {shown(f.observed, f.unit)} "
-                f"| {difference(f)} | {f.verdict}{tolerance} |"
-            )
         if run.last_lines:
             lines += ["", "Its last lines:", "", "```text", *run.last_lines, "```"]
     return "\n".join(lines) + "\n"
@@ -367,9 +355,7 @@ def to_json(outcome: StackOutcome) -> str:
                 "held_bytes": r.held_bytes,
                 "planned_total_bytes": by_name[r.name].total_bytes,
                 "planned_held_bytes": by_name[r.name].held_bytes,
-                "figures": [
-                    {**asdict(f), "relative": f.relative, "verdict": f.verdict} for f in r.figures
-                ],
+                "figures": [figure_json(f) for f in r.figures],
             }
             for r in outcome.runs
         ],

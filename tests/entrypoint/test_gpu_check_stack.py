@@ -83,7 +83,8 @@ def test_both_models_start_in_the_plans_order_and_log_their_planned_pools(
         tokens = next(f for f in seen["figures"] if f["name"] == "KV cache tokens")
         assert tokens["observed"] == m.plan.kv_cache_tokens
         assert (out / m.name / "vllm.log").is_file()
-    assert models["embed"]["request_detail"] == "64 dimensions"  # the tiny hidden size
+    hidden = json.loads((embed / "config.json").read_text())["hidden_size"]
+    assert models["embed"]["request_detail"] == f"{hidden} dimensions"
     assert models["chat"]["request_detail"].endswith("tokens")
     # The entrypoints' own lines as they come, then the report.
     text = (out / "report.md").read_text()
