@@ -28,6 +28,10 @@ class DraftHead(nn.Module):
         self.lm_head = ParallelLMHead(rows, hidden_size, prefix=f"{prefix}.lm_head")
         self.logits_processor = LogitsProcessor(rows)
         self.d2t = nn.Parameter(torch.zeros(rows, dtype=torch.long), requires_grad=False)
+        # Each row's target id (row + d2t[row]), kept beside d2t so that a proposal pays
+        # one scatter, not an arange, a gather and an add; not a weight (not persistent).
+        self.targets: torch.Tensor
+        self.register_buffer("targets", torch.arange(rows), persistent=False)
 
     @classmethod
     def for_config(cls, config: Any, prefix: str) -> DraftHead | None:
@@ -47,7 +51,7 @@ class DraftHead(nn.Module):
         reduced: torch.Tensor | None = self.logits_processor(self.lm_head, hidden_states)
         if reduced is None:  # not this rank's to compute
             return None
-        return scatter_to_target(reduced, self.d2t, self.vocab_size)
+        return scatter_to_target(reduced, self.targets, self.vocab_size)
 
     def top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """The greedy draft as target ids, without the full-vocabulary logits."""
@@ -62,6 +66,7 @@ class DraftHead(nn.Module):
             self.lm_head.weight_loader(head, tensor)
             return f"{NAME}.lm_head.weight"
         self.d2t.data.copy_(tensor)
+        self.targets.copy_(to_target_ids(torch.arange(self.rows, device=self.d2t.device), self.d2t))
         return f"{NAME}.d2t"
 
 

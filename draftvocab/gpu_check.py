@@ -85,11 +85,18 @@ class Server:
     """`python -m vllm.entrypoints.openai.api_server` in its own session, its output in a
     file."""
 
-    def __init__(self, model: Path, args: Sequence[str], log: Path, draft_vocab: bool) -> None:
+    def __init__(
+        self,
+        model: Path,
+        args: Sequence[str],
+        log: Path,
+        draft_vocab: bool,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        env = dict(os.environ, **{ENV: "on" if draft_vocab else "off"})
+        env = dict(os.environ, **(extra_env or {}), **{ENV: "on" if draft_vocab else "off"})
         self.argv = [
             sys.executable,
             "-m",
@@ -378,7 +385,7 @@ def run_lm_head(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
-    from draftvocab.mapping import scatter_to_target
+    from draftvocab.mapping import scatter_to_target, to_target_ids
 
     if not 0 < args.rows < args.vocab:
         raise CheckError(f"--rows {args.rows}: must be between 1 and --vocab ({args.vocab}) - 1")
@@ -387,6 +394,7 @@ def run_lm_head(args: argparse.Namespace) -> dict[str, Any]:
     full = torch.randn(args.vocab, args.hidden, dtype=dtype, device=device)
     reduced = full[: args.rows].clone()
     d2t = torch.zeros(args.rows, dtype=torch.long, device=device)
+    targets = to_target_ids(torch.arange(args.rows, device=device), d2t)
     size = full.element_size()
     rows: list[dict[str, Any]] = []
 
@@ -410,7 +418,17 @@ def run_lm_head(args: argparse.Namespace) -> dict[str, Any]:
         full_us = timed(lambda: F.linear(x, full))  # noqa: B023
         reduced_us = timed(lambda: F.linear(x, reduced))  # noqa: B023
         scatter_us = timed(
-            lambda: scatter_to_target(F.linear(x, reduced).float(), d2t, args.vocab)  # noqa: B023
+            lambda: scatter_to_target(F.linear(x, reduced).float(), targets, args.vocab)  # noqa: B023
+        )
+        # The greedy draft as vLLM's proposer takes it (llm_base_proposer.py
+        # `_greedy_sample`): compute_logits(...).argmax(-1), or with
+        # use_local_argmax_reduction the drafter's get_top_tokens.
+        full_greedy_us = timed(lambda: F.linear(x, full).argmax(-1))  # noqa: B023
+        scatter_greedy_us = timed(
+            lambda: scatter_to_target(F.linear(x, reduced), targets, args.vocab).argmax(-1)  # noqa: B023
+        )
+        local_greedy_us = timed(
+            lambda: to_target_ids(F.linear(x, reduced).argmax(-1), d2t)  # noqa: B023
         )
         rows.append(
             {
@@ -418,6 +436,9 @@ def run_lm_head(args: argparse.Namespace) -> dict[str, Any]:
                 "full_us": round(full_us, 2),
                 "reduced_us": round(reduced_us, 2),
                 "reduced_scatter_us": round(scatter_us, 2),
+                "full_greedy_us": round(full_greedy_us, 2),
+                "scatter_greedy_us": round(scatter_greedy_us, 2),
+                "local_greedy_us": round(local_greedy_us, 2),
             }
         )
     return {
@@ -461,6 +482,28 @@ def render_lm_head(report: dict[str, Any]) -> str:
             f"| {row['tokens']} | {full:.1f} | {red:.1f} | {red / full:.1%} | {sc:.1f} | "
             f"{sc / full:.1%} | {full_b / full / 1000:,.0f} |"
         )
+    greedy = [row for row in report["results"] if "full_greedy_us" in row]
+    if greedy:
+        lines += [
+            "",
+            "The greedy draft, head and argmax, as vLLM's proposer takes it: the full head, "
+            "the reduced head scattered back to the target vocabulary (the drafter's "
+            "compute_logits), and the reduced head's own argmax mapped to target ids "
+            "(get_top_tokens, with use_local_argmax_reduction):",
+            "",
+            "| tokens | full µs | scatter µs | ÷ full | local argmax µs | ÷ full |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in greedy:
+            full, sc, local = (
+                row["full_greedy_us"],
+                row["scatter_greedy_us"],
+                row["local_greedy_us"],
+            )
+            lines.append(
+                f"| {row['tokens']} | {full:.1f} | {sc:.1f} | {sc / full:.1%} | "
+                f"{local:.1f} | {local / full:.1%} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -494,6 +537,31 @@ def decode_load(url: str, streams: int, max_tokens: int) -> float:
     return time.monotonic() - start
 
 
+# vLLM's torch profiler (vllm/config/profiler.py, 0.24 and 0.32): --profiler-config turns
+# on POST /start_profile and /stop_profile; each stop writes a gzipped Chrome trace per
+# process and profiler_out_RANK.txt (torch's key_averages table) into torch_profiler_dir.
+PROFILER_FLAG = "--profiler-config"
+PROFILER_CONFIG = {"profiler": "torch", "torch_profiler_with_stack": False}
+PROFILE_DIR = "profile"
+PROFILE_TIMEOUT_S = 600.0
+
+
+def profiled_round(url: str, args: argparse.Namespace, head: str, raw: Path) -> dict[str, Any]:
+    """One more round of `--profile-tokens` tokens per stream under vLLM's profiler; its
+    files land in OUT/profile/ as `HEAD.round1.<vLLM's name>` (the names
+    `python -m entrypoint.gpu_check.traces OUT/profile --between full reduced` reads)."""
+    with httpx.Client(base_url=url) as client:
+        client.post("/start_profile", timeout=PROFILE_TIMEOUT_S).raise_for_status()
+        seconds = decode_load(url, args.streams, args.profile_tokens)
+        client.post("/stop_profile", timeout=PROFILE_TIMEOUT_S).raise_for_status()
+    named = []
+    for path in sorted(raw.glob("*")) if raw.is_dir() else []:
+        target = raw.parent / f"{head}.round1.{path.name}"
+        path.rename(target)
+        named.append(target.name)
+    return {"tokens": args.profile_tokens, "seconds": round(seconds, 3), "files": named}
+
+
 def run_decode(args: argparse.Namespace) -> dict[str, Any]:
     if not (args.model / "config.json").is_file():
         raise CheckError(f"{args.model}: no config.json (a model directory is expected)")
@@ -507,6 +575,7 @@ def run_decode(args: argparse.Namespace) -> dict[str, Any]:
         "streams": args.streams,
         "max_tokens": args.max_tokens,
         "rounds": args.rounds,
+        "local_argmax": args.local_argmax,
         "vllm_args": args.vllm_args,
         "heads": {},
     }
@@ -523,17 +592,31 @@ def run_decode(args: argparse.Namespace) -> dict[str, Any]:
                 "streams",
                 "max_tokens",
                 "rounds",
+                "local_argmax",
                 "vllm_args",
             )
         ):
             report["heads"] = kept["heads"]
     reduced = reduced_copy(args.model, args.rows, args.out / "reduced-model")
-    spec = json.dumps({"method": "mtp", "num_speculative_tokens": args.mtp})
-    serve = ["--load-format", "dummy", "--speculative-config", spec, *args.vllm_args]
+    speculative: dict[str, Any] = {"method": "mtp", "num_speculative_tokens": args.mtp}
+    if args.local_argmax:
+        speculative["use_local_argmax_reduction"] = True
+    serve = ["--load-format", "dummy", "--speculative-config", json.dumps(speculative)]
+    serve += args.vllm_args
+    # vLLM's own ranges per step ("gpu_model_runner: draft", …) in the trace.
+    extra_env = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"} if args.profile else {}
     for head, model in (("full", args.model), ("reduced", reduced)):
         if args.only and head != args.only:
             continue
-        server = Server(model, serve, args.out / f"decode-{head}.log", head == "reduced")
+        trace_dir = args.out / PROFILE_DIR / f"{head}-raw"
+        profiler = PROFILER_CONFIG | {"torch_profiler_dir": str(trace_dir)}
+        server = Server(
+            model,
+            [*serve, PROFILER_FLAG, json.dumps(profiler)] if args.profile else serve,
+            args.out / f"decode-{head}.log",
+            head == "reduced",
+            extra_env,
+        )
         try:
             ready = server.wait_ready()
             entry: dict[str, Any] = {"ready_s": ready}
@@ -551,6 +634,8 @@ def run_decode(args: argparse.Namespace) -> dict[str, Any]:
                     round_seconds=rounds,
                     **delta(scrape(server.url), before),
                 )
+                if args.profile:
+                    entry["profile"] = profiled_round(server.url, args, head, trace_dir)
         finally:
             server.stop()
         entry["plugin_line"] = _plugin_line(args.out / f"decode-{head}.log")
@@ -566,7 +651,12 @@ def render_decode(report: dict[str, Any]) -> str:
         "",
         f"{report['gpu']}; vLLM {report['vllm']}; {report['model']} with dummy weights; "
         f"{report['streams']} streams × {report['max_tokens']} tokens × {report['rounds']} "
-        "rounds after one warm-up round",
+        "rounds after one warm-up round"
+        + (
+            "; both heads with use_local_argmax_reduction (the drafter's get_top_tokens)"
+            if report.get("local_argmax")
+            else ""
+        ),
         "",
         "| head | ready s | ITL mean ms (steps) | tokens/s | accepted / draft tokens |",
         "|---|---|---|---|---|",
@@ -586,6 +676,18 @@ def render_decode(report: dict[str, Any]) -> str:
         lines += [
             "",
             f"Decode step (ITL mean), reduced ÷ full: {means['reduced'] / means['full']:.3f}.",
+        ]
+    profiled = {h: e["profile"] for h, e in report["heads"].items() if "profile" in e}
+    if profiled:
+        lines += [
+            "",
+            "Profiled round (vLLM's torch profiler, not counted above): "
+            + "; ".join(
+                f"{h} {p['tokens']} tokens per stream in {p['seconds']} s, "
+                f"{len(p['files'])} file(s)"
+                for h, p in profiled.items()
+            )
+            + ".",
         ]
     heads = [h for h, e in report["heads"].items() if e["ready_s"] is not None]
     if heads:
@@ -693,6 +795,20 @@ def parser() -> argparse.ArgumentParser:
         help="serve one head only, keeping the other's result from an earlier "
         "run with the same settings in --out",
     )
+    dec.add_argument(
+        "--local-argmax",
+        action="store_true",
+        help="both heads with vLLM's use_local_argmax_reduction: the drafter's "
+        "get_top_tokens, so the reduced head proposes without the full-vocabulary scatter",
+    )
+    dec.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the measured rounds, one round of --profile-tokens under vLLM's torch "
+        "profiler per head: traces in OUT/profile/ "
+        "(python -m entrypoint.gpu_check.traces OUT/profile --between full reduced)",
+    )
+    dec.add_argument("--profile-tokens", type=_positive, default=64)
     _add_vllm_args(dec)
 
     rep = sub.add_parser("report", help="print the tables of report.json files again")

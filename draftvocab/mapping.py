@@ -12,11 +12,13 @@ def to_target_ids(draft_ids: torch.Tensor, d2t: torch.Tensor) -> torch.Tensor:
     return draft_ids + d2t[draft_ids]
 
 
-def scatter_to_target(reduced: torch.Tensor, d2t: torch.Tensor, vocab_size: int) -> torch.Tensor:
+def scatter_to_target(
+    reduced: torch.Tensor, targets: torch.Tensor, vocab_size: int
+) -> torch.Tensor:
     """Logits over the draft rows [tokens, rows] → logits over the target vocabulary
-    [tokens, vocab_size]: each row's logit at its target id, −inf at every id the draft
-    vocabulary does not hold (so no sampler or argmax can pick one)."""
+    [tokens, vocab_size]: row i's logit at `targets[i]` (its target id: `to_target_ids`
+    of every draft id), −inf at every id the draft vocabulary does not hold (so no
+    sampler or argmax can pick one)."""
     full = reduced.new_full((reduced.shape[0], vocab_size), float("-inf"))
-    draft_ids = torch.arange(d2t.shape[0], device=reduced.device)
-    full[:, to_target_ids(draft_ids, d2t)] = reduced
+    full[:, targets] = reduced
     return full

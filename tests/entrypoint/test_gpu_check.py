@@ -283,6 +283,36 @@ def test_cuda_traces_set_the_device_against_the_host(tmp_path: Path) -> None:
     assert "| `k1` | 100.00 | 100.00 | +0.00 |" in text
 
 
+def test_between_sets_one_shape_s_last_round_against_another_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--between full reduced` (draftvocab.gpu_check decode --profile's heads): the last
+    round of each, vLLM's step ranges per call with their counts, and where the second
+    shape's time grew; a shape without traces is named in one line."""
+    engine = "dp0_pp0_tp0_dcp0_ep0_rank0.17.pt.trace.json.gz"
+    draft = "gpu_model_runner: draft"
+    write_trace(tmp_path / f"full.round1.{engine}", [
+        ("kernel", "gemv", 0, 400), ("kernel", "gemv", 1_000, 400),
+        ("cpu_op", "aten::linear", 0, 30), ("user_annotation", draft, 0, 900),
+        ("user_annotation", draft, 1_000, 1_100),
+    ])  # fmt: skip
+    write_trace(tmp_path / f"reduced.round1.{engine}", [
+        ("kernel", "gemv", 0, 100), ("kernel", "index_put", 200, 50),
+        ("cpu_op", "aten::index_put_", 0, 700), ("user_annotation", draft, 0, 3_000),
+    ])  # fmt: skip
+    assert traces.main([str(tmp_path), "--between", "full", "reduced"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("### reduced against full")
+    assert "wall span 3.0 against 2.1 ms; device busy 0.1 against 0.8 ms" in text
+    assert f"| `{draft}` | 2 | 1,000 | 1 | 3,000 |" in text
+    assert "GPU kernel time (ms): total 0.1 against 0.8; 1 name(s) only in the reduced" in text
+    assert "| `index_put` | 0.05 | 0.00 | +0.05 |" in text
+    assert "| `aten::index_put_` | 0.70 | 0.00 | +0.70 |" in text
+
+    assert traces.main([str(tmp_path), "--between", "full", "argmax"]) == 2
+    assert "no argmax traces (shapes there: full, reduced)" in capsys.readouterr().err
+
+
 def test_the_profiler_config_reaches_vllm_only_with_profile(tmp_path: Path) -> None:
     def extra(profile: bool) -> str:
         options = CheckOptions(out=tmp_path, flags={}, profile=profile)
