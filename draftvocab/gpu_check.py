@@ -17,7 +17,10 @@ printed as a table; `report` prints the tables again from report.json files:
   too), the same concurrent greedy decode against each: vLLM's inter-token-latency
   histogram (one observation per engine step and request, so its mean is the decode
   step), tokens/s and the spec-decode counters. Dummy weights accept next to nothing, so
-  acceptance says nothing here; the step time does.
+  acceptance says nothing here; the step time does. `--local-argmax` serves both heads
+  with vLLM's use_local_argmax_reduction; `--profile` adds one round per head under
+  vLLM's torch profiler (OUT/profile/, compared by
+  `python -m entrypoint.gpu_check.traces OUT/profile --between full reduced`).
 
 Exit codes: 0 done (and `equality` equal); 1 `equality` found a difference, or vLLM never
 became ready; 2 bad input or no CUDA GPU.
