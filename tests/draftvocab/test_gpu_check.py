@@ -251,7 +251,7 @@ def test_the_h200_decode_step_was_no_slower_with_the_reduced_head():
     report = _report("decode", H200)
     full, reduced = (report["heads"][h] for h in ("full", "reduced"))
     step = {h: e["itl_sum"] / e["itl_count"] for h, e in report["heads"].items()}
-    assert step["reduced"] / step["full"] == pytest.approx(0.966, abs=0.001)
+    assert step["reduced"] / step["full"] <= 1.0
     assert reduced["generation_tokens"] / reduced["seconds"] > (
         full["generation_tokens"] / full["seconds"]
     )
@@ -266,8 +266,12 @@ def test_the_profile_shows_the_head_s_reads_saved_and_the_host_slower_throughout
     full, reduced = _profiled("full"), _profiled("reduced")
     head = "nvjet_sm90_tst_512x8_64x3_2x1_v_bz_TNT"
     assert full["rows"][head]["calls"] == reduced["rows"][head]["calls"] == 197
+    # Per call, the kernel served takes what the microbenchmark timed for each head.
+    bench = next(r for r in _report("lm_head", H200)["results"] if r["tokens"] == 1)
+    for profiled, key in ((full, "full_us"), (reduced, "reduced_us")):
+        per_call_us = profiled["rows"][head]["cuda"] * 1000 / profiled["rows"][head]["calls"]
+        assert per_call_us == pytest.approx(bench[key], rel=0.05), key
     saved = full["rows"][head]["cuda"] - reduced["rows"][head]["cuda"]
-    assert saved == pytest.approx(60.499 - 16.956)
     assert full["cuda"] - reduced["cuda"] == pytest.approx(saved, rel=0.15)
     assert reduced["cpu"] / full["cpu"] > 1.3
     for name in ("aten::mm", "vllm::moe_forward_shared", "aten::copy_"):
