@@ -31,7 +31,11 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     for pattern, component in (
         (r"(^|\.)mtp\.draft_lm_head\.", DRAFT_VOCAB),
         (r"(^|\.)mtp\.", MTP),
-        (r"(^|\.)(visual|vision_tower|vision_model|audio_tower|multi_modal_projector)\.", VISION),
+        (
+            r"(^|\.)(visual|vision_tower|vision_model|audio_tower|multi_modal_projector"
+            r"|embed_vision|embed_audio)\.",
+            VISION,
+        ),
         (r"(^|\.)(embed_tokens|wte|word_embeddings)\.", "embeddings"),
         (r"^backbone\.embeddings\.", "embeddings"),  # Nemotron-H
         (r"(^|\.)lm_head\.", "lm_head"),

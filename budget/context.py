@@ -63,6 +63,10 @@ def _rope_parameters(cfg: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _scaling_factor(cfg: dict[str, Any]) -> float:
+    # _get_and_verify_max_len skips the factor for Gemma 3 ("gemma3" in model_type):
+    # its max_position_embeddings already counts the linear scaling.
+    if "gemma3" in str(cfg.get("model_type") or ""):
+        return 1.0
     factor = 1.0
     for params in _rope_parameters(cfg):
         rope_type = params.get("rope_type", params.get("type", "default"))

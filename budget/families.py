@@ -34,6 +34,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "GptOssForCausalLM",
         "Gemma3ForCausalLM",
         "Gemma4ForCausalLM",
+        # Their language model alone, with --language-model-only (budget/model.py).
+        "Gemma3ForConditionalGeneration",
+        "Gemma4ForConditionalGeneration",
     ),
     "Mamba-2 hybrids": MAMBA2_ARCHITECTURES,
     "drafters": (
@@ -90,7 +93,8 @@ def _short() -> str:
     """The families in a few words (the full list is docs/budget.md's)."""
     return (
         "Llama/Mistral/Qwen2/Qwen3 dense, Qwen3-MoE, Qwen3-Next and Qwen3.5 "
-        "(Gated-DeltaNet hybrids), gpt-oss and Gemma 3/4 text (sliding window), "
+        "(Gated-DeltaNet hybrids), gpt-oss and Gemma 3/4 (sliding window; a multimodal "
+        "Gemma as its language model), "
         "Nemotron-H/Nemotron-3, Granite-4.0-H and Falcon-H1 (Mamba-2 hybrids), "
         "EAGLE/EAGLE-3/DFlash drafters"
     )

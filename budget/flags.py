@@ -16,6 +16,8 @@ def vllm_args(plan: Plan) -> list[str]:
         args += ["--served-model-name", s.served_model_name]
     if s.runner != "generate":
         args += ["--runner", s.runner]
+    if plan.model.language_model_only:
+        args.append("--language-model-only")
     if s.tp > 1:
         args += ["--tensor-parallel-size", str(s.tp)]
     if s.pp > 1:

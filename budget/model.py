@@ -42,6 +42,26 @@ _EVEN_LAYERS_SLIDE = _GPT_OSS
 # (i + 1) % sliding_window_pattern == 0; the pattern defaults to 6.
 _PATTERN_ARCHITECTURES = ("Gemma3ForCausalLM",)
 GEMMA3_DEFAULT_PATTERN = 6
+# transformers' Gemma3TextConfig defaults (configuration_gemma3.py), which vLLM reads
+# through the config object where a checkpoint's config.json leaves a field out, as
+# google/gemma-3-27b-it's text_config leaves out the vocabulary, context and tying.
+GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_208,
+    "max_position_embeddings": 131_072,
+    "tie_word_embeddings": True,
+    "sliding_window": 4096,
+    "head_dim": 256,
+    "num_key_value_heads": 4,
+}
+# vLLM's multimodal wrappers and the text architecture each builds its language model
+# as (gemma3_mm.py / gemma4_mm.py `init_vllm_registered_model(architectures=[…])`).
+# The planner sizes the language model alone and has vLLM skip the vision and audio
+# towers with --language-model-only (config/multimodal.py: every modality's limit is
+# then 0, and `_mark_tower_model` builds and loads no tower).
+LANGUAGE_MODELS_OF: dict[str, str] = {
+    "Gemma3ForConditionalGeneration": "Gemma3ForCausalLM",
+    "Gemma4ForConditionalGeneration": "Gemma4ForCausalLM",
+}
 
 
 @dataclass(frozen=True)
@@ -124,6 +144,11 @@ class ModelSpec:
     mlp_gated: bool = True  # SwiGLU dense MLP; False: ReLU² (Nemotron-H)
     # Gemma 4: full layers' own heads, KV-shared layers, per-layer embeddings (gemma4.py).
     gemma4: Gemma4Layers | None = None
+    # A multimodal checkpoint served as its language model only (LANGUAGE_MODELS_OF).
+    language_model_only: bool = False
+    # A norm before and after each block (Gemma 3: gemma3.py Gemma3DecoderLayer's
+    # input / post-attention / pre- and post-feed-forward RMSNorms), else one before.
+    sandwich_norms: bool = False
 
     @property
     def context_limit(self) -> ContextLimit:
@@ -339,11 +364,14 @@ def model_from_config(
     `tokenizer_max_length`: tokenizer_config.json's model_max_length, which caps the context."""
     cfg = text_config(config)
     archs = config.get("architectures") or cfg.get("architectures") or [cfg.get("model_type")]
+    checkpoint_architecture = str(archs[0])
+    architecture = LANGUAGE_MODELS_OF.get(checkpoint_architecture, checkpoint_architecture)
+    if architecture in _PATTERN_ARCHITECTURES:
+        cfg = {**GEMMA3_TEXT_DEFAULTS, **cfg}
     num_layers = _positive_int(cfg, "num_hidden_layers", source)
     hidden = _positive_int(cfg, "hidden_size", source)
     heads = _positive_int(cfg, "num_attention_heads", source)
-    check_family(str(archs[0]), cfg, source)
-    architecture = str(archs[0])
+    check_family(checkpoint_architecture, cfg, source)
     mamba = (
         mamba2_layers(architecture, cfg, num_layers, source)
         if architecture in MAMBA2_ARCHITECTURES
@@ -361,7 +389,7 @@ def model_from_config(
     moe = _gemma4_moe(gemma4) if gemma4 else _moe(cfg, source, architecture, mamba)
     return ModelSpec(
         name=name,
-        architecture=str(archs[0]),
+        architecture=checkpoint_architecture,
         hidden_size=hidden,
         layer_types=layer_types,
         num_attention_heads=heads,
@@ -385,9 +413,11 @@ def model_from_config(
         context=context_limit(cfg, tokenizer_max_length),
         sliding_window=_positive_int(cfg, "sliding_window", source) if slides else None,
         attention_bias=bool(cfg.get("attention_bias", False)),
-        attention_sinks=str(archs[0]) in _GPT_OSS,
+        attention_sinks=architecture in _GPT_OSS,
         mamba2=mamba.spec if mamba else None,
         ffn_kinds=mamba.ffns if mamba else (),
         mlp_gated=mamba.mlp_gated if mamba else True,
         gemma4=gemma4,
+        language_model_only=checkpoint_architecture in LANGUAGE_MODELS_OF,
+        sandwich_norms=architecture in _PATTERN_ARCHITECTURES,
     )

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from budget import mxfp4
-from budget.checkpoint import DRAFT_VOCAB, MTP, CheckpointWeights, checkpoint_weights, per_rank
+from budget.checkpoint import (
+    DRAFT_VOCAB,
+    MTP,
+    VISION,
+    CheckpointWeights,
+    checkpoint_weights,
+    per_rank,
+)
 from budget.model import ModelSpec
 from budget.profiles import ModelProfile
 from budget.settings import Settings
@@ -95,6 +102,11 @@ def _source(ck: CheckpointWeights) -> dict[str, Any]:
     }
 
 
+def _skipped(m: ModelSpec) -> tuple[str, ...]:
+    """Towers vLLM does not load: --language-model-only skips every modality's."""
+    return (VISION,) if m.language_model_only else ()
+
+
 def _checkpoint_sizes(profile: ModelProfile, s: Settings) -> WeightSizes:
     assert profile.checkpoint is not None
     m = profile.spec
@@ -106,7 +118,7 @@ def _checkpoint_sizes(profile: ModelProfile, s: Settings) -> WeightSizes:
     )
     sizes = {
         f"weights.{comp}": per_rank(comp, total, s.tp)
-        for comp, total in _last_stage(ck.without(MTP, DRAFT_VOCAB), s.pp).items()
+        for comp, total in _last_stage(ck.without(MTP, DRAFT_VOCAB, *_skipped(m)), s.pp).items()
         if total
     }
     notes = {

@@ -177,7 +177,7 @@ def layer_params(m: ModelSpec, index: int, kind: str) -> LayerParams:
         routed_experts=routed,
         shared_experts=shared,
         router=router,
-        norms=blocks * m.hidden_size,
+        norms=blocks * m.hidden_size * (2 if m.sandwich_norms else 1),
         mamba=_mamba2_params(m) if kind in (MAMBA, PARALLEL) else 0,
     )
 

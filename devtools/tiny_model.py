@@ -112,6 +112,8 @@ def config_for(kind: str, max_position: int = 4096) -> dict[str, Any]:
         cfg.update(_SLIDING_KINDS[kind])
     elif kind in _MAMBA2_KINDS:
         cfg.update(_MAMBA2_KINDS[kind])
+    elif kind == "gemma3-mm":
+        return _multimodal_gemma3(config_for("gemma3", max_position))
     else:
         raise ValueError(f"kind={kind!r}; must be one of {', '.join(KINDS)}")
     return cfg
@@ -198,6 +200,36 @@ _GEMMA4 = {
 # The same with a full-layer page no multiple of the sliding one (2 × 96 against
 # 2 × 64 per token): vLLM pads the sliding page to the full one instead.
 _GEMMA4_PADDED = dict(_GEMMA4, global_head_dim=96, attention_k_eq_v=False)
+# google/gemma-3-4b-it's multimodal layout (`Gemma3ForConditionalGeneration`: the text
+# model under `text_config`, a SigLIP tower under `vision_config`), shrunk.
+_SIGLIP = {
+    "model_type": "siglip_vision_model",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_hidden_layers": 2,
+    "image_size": 224,
+    "patch_size": 14,
+    "vision_use_head": False,
+}
+
+
+def _multimodal_gemma3(text: dict[str, Any]) -> dict[str, Any]:
+    inner = {k: v for k, v in text.items() if k not in ("architectures", "torch_dtype")}
+    return {
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3",
+        "text_config": inner,
+        "vision_config": _SIGLIP,
+        "mm_tokens_per_image": 16,
+        "boi_token_index": VOCAB_SIZE - 3,
+        "eoi_token_index": VOCAB_SIZE - 2,
+        "image_token_index": VOCAB_SIZE - 1,
+        "torch_dtype": text["torch_dtype"],
+        "tie_word_embeddings": True,
+    }
+
+
 _SLIDING_KINDS: dict[str, dict[str, Any]] = {
     "gpt-oss": _GPT_OSS,
     "gemma3": _GEMMA3,
@@ -324,6 +356,7 @@ KINDS = (
     *_SLIDING_KINDS,
     *_MAMBA2_KINDS,
     "embedding",
+    "gemma3-mm",
 )
 
 # Qwen/Qwen3-Embedding-0.6B's sentence-transformers files: vLLM reads the pooling and the

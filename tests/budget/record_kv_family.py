@@ -35,6 +35,7 @@ def serve_args(opts: argparse.Namespace) -> dict[str, object]:
         "max_num_batched_tokens": opts.max_num_batched_tokens,
         "prefix_caching": opts.prefix_caching,
         "disable_hybrid_kv_cache_manager": opts.disable_hybrid_kv_cache_manager,
+        **({"language_model_only": True} if opts.language_model_only else {}),
     }
 
 
@@ -48,6 +49,8 @@ def vllm_args(args: dict[str, object]) -> list[str]:
     )
     if args["disable_hybrid_kv_cache_manager"]:
         flags.append("--disable-hybrid-kv-cache-manager")
+    if args.get("language_model_only"):
+        flags.append("--language-model-only")
     return flags
 
 
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-batched-tokens", type=int, default=512)
     parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false")
     parser.add_argument("--disable-hybrid-kv-cache-manager", action="store_true")
+    parser.add_argument("--language-model-only", action="store_true")
     parser.add_argument("--note", default="stopped after the capacity line")
     opts = parser.parse_args(argv)
     args = serve_args(opts)

