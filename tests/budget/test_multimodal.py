@@ -121,3 +121,20 @@ def test_checkpoint_headers_count_the_language_model_only(
         "weights.attention": 256 * hidden * 2,
     }
     assert plan["weights_source"]["tensors"]["vision"] == 2
+
+
+@pytest.mark.parametrize(
+    ("profile", "config"), [("gemma-3-27b-it", GEMMA3), ("gemma-4-31b-it", GEMMA4)]
+)
+def test_the_profile_plans_as_the_published_config(
+    profile: str, config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The profile keeps only the fields the planner reads; its plan on one Spark at the
+    model's full context is the published file's, and it fits."""
+    from_file = _plan(tmp_path, config, capsys, "--hardware", "dgx-spark")
+    assert main(["plan", "--model", profile, "--json"]) == 0, capsys.readouterr().err
+    from_profile = json.loads(capsys.readouterr().out)
+    for key in ("components", "kv_layout", "kv_cache_tokens", "context_limit", "fits"):
+        assert from_profile[key] == from_file[key], key
+    assert from_profile["fits"] is True
+    assert "--language-model-only" in from_profile["vllm_args"]
