@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from budget.errors import BudgetError
 from budget.graphs import decode_dispatch
+from budget.known_breakage import gemma4_warning
 from budget.plan import Plan, min_kv_bytes, plan_for
 from budget.profiles import GiB, ModelProfile, hardware_names, load_hardware
 from budget.settings import Settings
@@ -198,6 +199,8 @@ def warnings_for(plan: Plan) -> list[str]:
                 "the next captured graph, padded: "
                 "each such step computes the padding tokens too (capture (K+1)×S exactly)"
             )
+    if breakage := gemma4_warning(plan.model, s.vllm.version):
+        out.append(breakage)
     if plan.layout.padding_layers:
         out.append(
             f"{plan.layout.padding_layers} padding layer(s) in the KV groups waste "

@@ -9,6 +9,7 @@ vllm_flags.py: it imports vLLM.)
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from budget.errors import BudgetError
 from budget.flags import vllm_args
+from budget.known_breakage import gemma4_refusal
 from budget.model import text_config
 from budget.plan import Plan
 from budget.safetensors_headers import read_checkpoint
@@ -216,6 +218,25 @@ def check_fits(plan: Plan, force: bool, console: Console) -> None:
     console.say(f"warning: {problem}; starting anyway (SPARKSERVE_FORCE=on)")
 
 
+def installed_transformers() -> str | None:
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_known_breakage(
+    plan: Plan, force: bool, console: Console, transformers: str | None
+) -> None:
+    """A start the installed vLLM and transformers are known to fail (budget/known_breakage.py)."""
+    problem = gemma4_refusal(plan.model, plan.settings.vllm.version, transformers)
+    if problem is None:
+        return
+    if not force:
+        raise PreflightError(problem + " (SPARKSERVE_FORCE=on starts anyway)")
+    console.say(f"warning: {problem}; starting anyway (SPARKSERVE_FORCE=on)")
+
+
 def vllm_request_bytes(plan: Plan) -> int:
     """What vLLM will take from memory: the fraction it requests, or the planned parts."""
     if plan.kv_mode == "utilization" and plan.gpu_memory_utilization is not None:
@@ -411,6 +432,7 @@ def run_checks(config: EntrypointConfig, plan: Plan, machine: Machine, console: 
     if warning := check_draft_vocab(config, plan):
         console.say(warning)
     check_fits(plan, config.force, console)
+    check_known_breakage(plan, config.force, console, installed_transformers())
     check_host_memory(
         plan,
         machine.host,

@@ -11,6 +11,7 @@ from entrypoint.preflight import (
     check_fits,
     check_gpu,
     check_host_memory,
+    check_known_breakage,
     check_model_dir,
     check_weights,
     vllm_request_bytes,
@@ -128,3 +129,15 @@ def test_port_in_time_wait_after_a_dead_server_is_free() -> None:
         client.recv(1)
         client.close()
     check_port_free("127.0.0.1", port, "SPARKSERVE_PORT")
+
+
+def test_gemma4_on_a_vllm_that_cannot_start_it_is_refused_unless_forced(console):
+    """vLLM 0.24 + transformers 5.17 fail on Gemma 4's config (tests/budget/fixtures/
+    gpu_h100_gemma/): refused before launch, or a warning under SPARKSERVE_FORCE=on."""
+    plan = build_plan(PlanOptions(model="gemma-4-31b-it", vllm_version="0.24.0"))
+    with pytest.raises(PreflightError, match="transformers 5.17.0") as err:
+        check_known_breakage(plan, force=False, console=console, transformers="5.17.0")
+    assert "vllm-project/vllm#51744" in str(err.value)
+    check_known_breakage(plan, force=False, console=console, transformers="5.14.1")
+    check_known_breakage(plan, force=True, console=console, transformers="5.17.0")
+    assert "starting anyway" in console.out.getvalue()
