@@ -4,7 +4,7 @@ installed packages show the failure; the planner warns)."""
 
 from __future__ import annotations
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from budget.model import ModelSpec
 from budget.vllm_rules import release_reaches
@@ -38,7 +38,10 @@ def gemma4_refusal(model: ModelSpec, vllm_version: str, transformers: str | None
     """The one-line refusal when the installed transformers is one that breaks it."""
     if transformers is None or not gemma4_head_dim_breaks(model, vllm_version):
         return None
-    if Version(transformers).release[:2] < GEMMA4_TRANSFORMERS_BREAKS.release:
+    try:
+        if Version(transformers).release[:2] < GEMMA4_TRANSFORMERS_BREAKS.release:
+            return None
+    except InvalidVersion:  # a build that does not say: the planner's warning stands
         return None
     return (
         f"model {model.name} ({model.architecture}) cannot start on vLLM {vllm_version} with "

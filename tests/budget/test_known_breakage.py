@@ -29,6 +29,7 @@ def _gemma4() -> ModelSpec:
         ("0.28.0", "5.17.0", False),  # vllm#49797 is in 0.28.0
         ("0.32.0", "5.19.0", False),
         ("0.24.0", None, False),  # no transformers here: the planner only warns
+        ("0.24.0", "not-a-version", False),
     ],
 )
 def test_gemma4_is_refused_only_where_the_pair_breaks(
