@@ -1,13 +1,14 @@
 """The memory watchdog under real pressure, in the shared CPU stack's vLLM container
 (compose.cpu.yaml gives it a memory limit; tests/docker/stack.py TUNING a 1 GiB floor, a
-1 s hold, a 4 s drain and a 1 s control poll for the gateway).
+4 s hold, a 4 s drain and a 1 s control poll for the gateway).
 
 A process `docker exec`ed into the container takes memory in 64 MiB chunks, each
 written so that the kernel charges it to the container's cgroup. Held 512 MiB above the
-floor under a steady load, nothing trips; taken 256 MiB under it, with a stream in
-flight, the gateway refuses new work with 503 + Retry-After, the entrypoint stops vLLM
-and exits 4 (no OOM kill), the stream ends with an error event, and the restart
-policy brings the container back to serve. One more vLLM restart, no other stack.
+floor under a steady load, nothing trips; taken 256 MiB under it (step by step until
+the entrypoint reads it so) and a stream started within the hold, the gateway refuses
+new work with 503 + Retry-After, the entrypoint stops vLLM and exits 4 (no OOM kill),
+the stream ends with an error event, and the restart policy brings the container back
+to serve. One more vLLM restart, no other stack.
 
 A stream in flight when vLLM is stopped ends with an error event: vLLM's own (its engine
 core is gone: `EngineCore encountered an issue`) where its API server still writes one,
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.docker
 
 MiB = 1024**2
 GiB = 1024**3
+CHUNK_BYTES = 64 * MiB  # PRESSURE's step
 # Reads a byte count a line on stdin and holds that much, growing in 64 MiB chunks
 # (`b"\x01" * n` writes every page; a calloc'd bytearray would stay uncharged).
 PRESSURE = (
@@ -190,6 +192,19 @@ def _refusals_until_served(
     raise AssertionError("the vLLM container did not serve again")
 
 
+def _take_until_under(pressure: Pressure, container: str, floor: int) -> int:
+    """Take memory until the entrypoint reads `available` at least half of UNDER_BYTES
+    under the floor: taking memory makes the kernel give back page cache, so one step
+    can fall short.  Each step aims UNDER_BYTES under, one chunk more (PRESSURE rounds
+    down), which stays above the half floor where vLLM would stop without a drain."""
+    for _ in range(8):
+        available = memory(container, "available")
+        if available <= floor - UNDER_BYTES // 2:
+            return available
+        pressure.hold(pressure.held + available - floor + UNDER_BYTES + CHUNK_BYTES)
+    raise AssertionError(f"available memory stayed over the floor's margin: {available} B")
+
+
 def _code(response: httpx.Response) -> str:
     return str(response.json()["error"]["code"])
 
@@ -202,9 +217,11 @@ def test_under_the_floor_it_refuses_then_exits_4_and_the_container_comes_back(
     since = time.time()
     floor = int(st.MEMORY_FLOOR_GIB * GiB)
     pressure.hold(memory(name, "available") - floor - STEADY_MARGIN_BYTES)
-    stream = faults.Stream(stack.gateway, stack.key, 4000)  # about 5 s: the last step is 1 s
+    _take_until_under(pressure, name, floor)
+    # Started within the hold, so admitted; vLLM stops one hold and one drain after the
+    # floor was crossed, long before this stream's 4,000 tokens are out.
+    stream = faults.Stream(stack.gateway, stack.key, 4000)
     stream.wait_for_events()
-    pressure.hold(pressure.held + memory(name, "available") - floor + UNDER_BYTES)
     refused, answered = _refusals_until_served(stack, client, before)
     stream.thread.join(60)
     logs = st.compose(stack.env, "logs", "--no-color", "vllm").stdout
