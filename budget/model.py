@@ -144,11 +144,18 @@ class ModelSpec:
     mlp_gated: bool = True  # SwiGLU dense MLP; False: ReLU² (Nemotron-H)
     # Gemma 4: full layers' own heads, KV-shared layers, per-layer embeddings (gemma4.py).
     gemma4: Gemma4Layers | None = None
-    # A multimodal checkpoint served as its language model only (LANGUAGE_MODELS_OF).
-    language_model_only: bool = False
-    # A norm before and after each block (Gemma 3: gemma3.py Gemma3DecoderLayer's
-    # input / post-attention / pre- and post-feed-forward RMSNorms), else one before.
-    sandwich_norms: bool = False
+
+    @property
+    def language_model_only(self) -> bool:
+        """A multimodal checkpoint served as its language model (LANGUAGE_MODELS_OF)."""
+        return self.architecture in LANGUAGE_MODELS_OF
+
+    @property
+    def sandwich_norms(self) -> bool:
+        """A norm before and after each block (Gemma 3: gemma3.py Gemma3DecoderLayer's
+        input / post-attention / pre- and post-feed-forward RMSNorms), else one before."""
+        language_model = LANGUAGE_MODELS_OF.get(self.architecture, self.architecture)
+        return language_model in _PATTERN_ARCHITECTURES
 
     @property
     def context_limit(self) -> ContextLimit:
@@ -418,6 +425,4 @@ def model_from_config(
         ffn_kinds=mamba.ffns if mamba else (),
         mlp_gated=mamba.mlp_gated if mamba else True,
         gemma4=gemma4,
-        language_model_only=checkpoint_architecture in LANGUAGE_MODELS_OF,
-        sandwich_norms=architecture in _PATTERN_ARCHITECTURES,
     )

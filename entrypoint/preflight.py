@@ -30,7 +30,7 @@ from draftvocab.plugin import (
 )
 from entrypoint.config import EntrypointConfig
 from entrypoint.console import Console
-from entrypoint.errors import DoesNotFitError, PreflightError
+from entrypoint.errors import DoesNotFitError, EntrypointError, PreflightError
 from entrypoint.hardware import HostMemory, Machine, host_memory
 from entrypoint.pagecache import (
     EVICT,
@@ -210,12 +210,17 @@ def fit_problem(plan: Plan) -> str | None:
     return f"the plan does not fit: {reason}{hint}"
 
 
-def check_fits(plan: Plan, force: bool, console: Console) -> None:
-    if (problem := fit_problem(plan)) is None:
-        return
+def _unless_forced(
+    problem: str, force: bool, console: Console, error: type[EntrypointError]
+) -> None:
     if not force:
-        raise DoesNotFitError(problem + " (SPARKSERVE_FORCE=on starts anyway)")
+        raise error(problem + " (SPARKSERVE_FORCE=on starts anyway)")
     console.say(f"warning: {problem}; starting anyway (SPARKSERVE_FORCE=on)")
+
+
+def check_fits(plan: Plan, force: bool, console: Console) -> None:
+    if (problem := fit_problem(plan)) is not None:
+        _unless_forced(problem, force, console, DoesNotFitError)
 
 
 def installed_transformers() -> str | None:
@@ -230,11 +235,8 @@ def check_known_breakage(
 ) -> None:
     """A start the installed vLLM and transformers are known to fail (budget/known_breakage.py)."""
     problem = gemma4_refusal(plan.model, plan.settings.vllm.version, transformers)
-    if problem is None:
-        return
-    if not force:
-        raise PreflightError(problem + " (SPARKSERVE_FORCE=on starts anyway)")
-    console.say(f"warning: {problem}; starting anyway (SPARKSERVE_FORCE=on)")
+    if problem is not None:
+        _unless_forced(problem, force, console, PreflightError)
 
 
 def vllm_request_bytes(plan: Plan) -> int:

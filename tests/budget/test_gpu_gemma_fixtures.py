@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,8 @@ import pytest
 from budget.cli import main
 from budget.known_breakage import gemma4_refusal
 from budget.profiles import load_model_dir
-from entrypoint.logscan import LogWatcher, Observed
+from entrypoint.gpu_check.compare import KV_TOLERANCE, WEIGHTS_TOLERANCE
+from entrypoint.logscan import Observed, observed_in
 
 RUN = Path(__file__).parent / "fixtures" / "gpu_h100_gemma"
 PUBLISHED = Path(__file__).parent / "fixtures" / "multimodal"
@@ -31,19 +31,11 @@ GEMMA3_ARGS = ("--hardware", "h100-80gb", "--max-model-len", "32768", "--max-num
 
 
 def observed(run: Path) -> Observed:
-    watcher = LogWatcher()
-    for line in (run / "vllm.log").read_text().splitlines():
-        watcher.feed(line)
-    return watcher.snapshot()
+    return observed_in((run / "vllm.log").read_text().splitlines())
 
 
-def plan(
-    run: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, *extra: str
-) -> dict[str, object]:
-    model = tmp_path / run.name
-    model.mkdir(exist_ok=True)
-    shutil.copy(run / "config.json", model / "config.json")
-    argv = ["plan", "--model", str(model), "--vllm-version", "0.24.0", "--json", *extra]
+def plan(run: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
+    argv = ["plan", "--model", str(run), "--vllm-version", "0.24.0", "--json", *extra]
     assert main(argv) in (0, 1), capsys.readouterr().err
     result: dict[str, object] = json.loads(capsys.readouterr().out)
     return result
@@ -70,26 +62,26 @@ def test_each_start_had_vllm_skip_the_towers(run: Path) -> None:
 
 
 def test_gemma_3_served_as_a_text_model_with_the_planned_weights_and_layout(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     seen = observed(GEMMA3)
     assert report(GEMMA3)["state"] == "ready"
     assert (
         "Resolved architecture: Gemma3ForConditionalGeneration" in (GEMMA3 / "vllm.log").read_text()
     )
-    planned = plan(GEMMA3, capsys, tmp_path, *GEMMA3_ARGS)
+    planned = plan(GEMMA3, capsys, *GEMMA3_ARGS)
     components = planned["components"]
     assert isinstance(components, dict)
     weights = sum(v for k, v in components.items() if k.startswith("weights."))
     assert seen.weights_bytes is not None
-    assert abs(weights / seen.weights_bytes - 1) < 0.01  # "Model loading took 50.74 GiB"
+    assert abs(weights / seen.weights_bytes - 1) < WEIGHTS_TOLERANCE  # "took 50.74 GiB"
     layout = planned["kv_layout"]
     assert isinstance(layout, dict)
     assert seen.padding_layers == layout["padding_layers"] == 8
 
 
 def test_gemma_3_tokens_follow_from_the_logged_pool(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The planner's page and group arithmetic at the pool vLLM logged, ± half its last
     printed digit, brackets the 92,374 tokens vLLM logged."""
@@ -98,25 +90,19 @@ def test_gemma_3_tokens_follow_from_the_logged_pool(
     tokens = []
     for pool in (seen.kv_cache_bytes - HALF_LOGGED_GIB, seen.kv_cache_bytes + HALF_LOGGED_GIB):
         extra = (*GEMMA3_ARGS, "--kv-cache-memory-bytes", str(int(pool)))
-        tokens.append(plan(GEMMA3, capsys, tmp_path, *extra)["kv_cache_tokens"])
+        tokens.append(plan(GEMMA3, capsys, *extra)["kv_cache_tokens"])
     assert tokens[0] <= seen.kv_cache_tokens <= tokens[1]
 
 
-def test_gemma_3_pool_came_out_under_the_plan(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    """Recorded as it happened: vLLM left 18.96 GiB for KV where the plan said 20.94.
-    Its weights were 0.43 GiB over the plan and the rest of the profiling peak about
-    1.5 GiB over the planned activation and runtime, which the planner's estimate
-    (calibrated on Llama, Qwen3 and Qwen3-Next shapes) does not reach for Gemma 3."""
+def test_gemma_3_pool_is_still_planned_too_large(capsys: pytest.CaptureFixture[str]) -> None:
+    """The known gap (docs/kv-arithmetic.md): vLLM left 18.96 GiB for KV where the plan
+    says more, outside the check's ±2 %, because the profiling peak is larger than the
+    planner's activation estimate for Gemma 3.  When the estimate reaches it, this fails
+    and the docs' table and this fixture's README are due a rewrite."""
     seen = observed(GEMMA3)
-    planned = plan(GEMMA3, capsys, tmp_path, *GEMMA3_ARGS)
-    assert seen.kv_cache_bytes is not None
-    pool = planned["kv_cache_bytes"]
-    assert isinstance(pool, int)
-    assert -0.10 < seen.kv_cache_bytes / pool - 1 < -0.09
-    figures = {f["name"]: f["verdict"] for f in report(GEMMA3)["figures"]}  # type: ignore[attr-defined]
-    assert figures["KV pool"] == "differs" and figures["weights"] == "ok"
+    pool = plan(GEMMA3, capsys, *GEMMA3_ARGS)["kv_cache_bytes"]
+    assert seen.kv_cache_bytes is not None and isinstance(pool, int)
+    assert seen.kv_cache_bytes / pool - 1 < -KV_TOLERANCE
 
 
 def test_gemma_4_did_not_start_on_vllm_0_24_with_transformers_5_17() -> None:

@@ -192,7 +192,7 @@ def _refusals_until_served(
     raise AssertionError("the vLLM container did not serve again")
 
 
-def _take_until_under(pressure: Pressure, container: str, floor: int) -> int:
+def _take_until_under(pressure: Pressure, container: str, floor: int) -> None:
     """Take memory until the entrypoint reads `available` at least half of UNDER_BYTES
     under the floor: taking memory makes the kernel give back page cache, so one step
     can fall short.  Each step aims UNDER_BYTES under, one chunk more (PRESSURE rounds
@@ -200,7 +200,7 @@ def _take_until_under(pressure: Pressure, container: str, floor: int) -> int:
     for _ in range(8):
         available = memory(container, "available")
         if available <= floor - UNDER_BYTES // 2:
-            return available
+            return
         pressure.hold(pressure.held + available - floor + UNDER_BYTES + CHUNK_BYTES)
     raise AssertionError(f"available memory stayed over the floor's margin: {available} B")
 
