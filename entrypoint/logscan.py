@@ -5,6 +5,7 @@ gpu_model_runner.py): `GPU KV cache size: N tokens, Maximum concurrency for L to
 per request: X.XXx` (CPU prefix on CPU; two lines on vLLM 0.24), `Available KV cache
 memory: X GiB`, `Model loading took X GiB`, `Loading weights took X seconds`,
 `Initializing model took X seconds`, `Graph capturing finished in N secs, took X GiB`,
+`Estimated CUDA graph memory: X GiB total` (and whether vLLM says it subtracted it),
 `init engine (…) took X s`, `Starting vLLM server on …`.
 """
 
@@ -22,6 +23,10 @@ KV_TOKENS = re.compile(r"\b[A-Z]+(?: \+ host)? KV cache size: ([\d,]+) tokens")
 CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 AVAILABLE_KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 MODEL_LOADING = re.compile(r"Model loading took ([\d.]+) GiB")
+# gpu_model_runner.py profile_cudagraph_memory; gpu_worker.py subtracts the estimate from
+# the requested memory when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is on, and says so.
+GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
+GRAPH_ESTIMATE_APPLIED = re.compile(r"CUDA graph memory profiling is enabled")
 GRAPHS = re.compile(r"Graph capturing finished in ([\d.]+) secs?, took (-?[\d.]+) GiB")
 MODEL_INIT = re.compile(r"Initializing model took ([\d.]+) seconds")
 WEIGHTS_READ = re.compile(r"Loading weights took ([\d.]+) seconds")
@@ -42,6 +47,8 @@ class Observed:
     kv_cache_bytes: int | None = None
     weights_bytes: int | None = None
     cudagraph_bytes: int | None = None
+    cudagraph_estimate_bytes: int | None = None  # the profiler's estimate, before capture
+    cudagraph_estimate_applied: bool = False  # vLLM took it off the requested memory
     graph_capture_seconds: float | None = None
     block_size: int | None = None  # hybrids: the raised attention block
     padding_layers: int | None = None  # "Add N padding layers" (logged per rank)
@@ -85,6 +92,10 @@ class LogWatcher:
         if match := MODEL_LOADING.search(line):
             self._update(weights_bytes=_gib_bytes(match[1]))
             phases.append(f"weights loaded ({float(match[1]):.2f} GiB)")
+        if match := GRAPH_ESTIMATE.search(line):
+            self._update(cudagraph_estimate_bytes=_gib_bytes(match[1]))
+        if GRAPH_ESTIMATE_APPLIED.search(line):
+            self._update(cudagraph_estimate_applied=True)
         if match := AVAILABLE_KV.search(line):
             self._update(kv_cache_bytes=_gib_bytes(match[1]))
         if match := BLOCK_SIZE.search(line):

@@ -7,13 +7,20 @@ tolerance: the targets docs/gpu-calibration.md holds the planner to (KV pool wit
 entrypoint/capacity.py compares them beyond the log's rounding. The CUDA-graph pool is
 shown, never judged: the planner's figure is an estimate of a pool vLLM sizes after
 capture.
+
+So is the rest of the requested memory: what vLLM took off `--gpu-memory-utilization`
+× the GPU's memory besides the weights, the KV pool and (where it says it subtracted
+it) its CUDA-graph estimate. That is its profiling run's activation peak plus the memory
+outside PyTorch (gpu_worker.py `determine_available_memory`), the planner's
+`activation_peak` + `runtime`. A KV pool that misses while the weights match shows its
+cause there. vLLM prints each term to 0.01 GiB, so the rest is good to about 0.02 GiB.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from budget.plan import Plan
+from budget.plan import VLLM_ACCOUNTED, Plan
 from budget.units import GiB
 from entrypoint.calibration import planned_weights_bytes
 from entrypoint.capacity import Term, capacity_terms
@@ -22,6 +29,7 @@ from entrypoint.logscan import Observed
 KV_TOLERANCE = 0.02
 WEIGHTS_TOLERANCE = 0.01
 OK, DIFFERS, NOT_LOGGED, SHOWN = "ok", "differs", "not logged", "shown"
+PROFILED_REST = "profiling peak + runtime"
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,31 @@ def _block_terms(plan: Plan, seen: Observed) -> list[Figure]:
     return [f for f in figures if f is not None]
 
 
+def _requested_bytes(plan: Plan) -> float | None:
+    """vLLM's requested memory (gpu_worker.py: total × utilization), from the plan's GPU;
+    None where no profiling run sizes the pool (a fixed pool, CPU, unified memory)."""
+    s = plan.settings
+    if plan.kv_mode != "utilization" or s.device != "cuda" or s.hardware.uma:
+        return None
+    util = plan.gpu_memory_utilization
+    return None if util is None else s.hardware.memory_bytes * util
+
+
+def _profiled_rest(plan: Plan, seen: Observed) -> list[Figure]:
+    """The requested memory less weights, KV pool and the graph estimate vLLM applied
+    (no row where no profiling run sizes the pool)."""
+    requested = _requested_bytes(plan)
+    if requested is None:
+        return []
+    planned = sum(v for k, v in plan.components.items() if k.startswith(VLLM_ACCOUNTED))
+    planned -= planned_weights_bytes(plan) + plan.components.get("cudagraph_pool", 0)
+    graphs = seen.cudagraph_estimate_bytes if seen.cudagraph_estimate_applied else 0
+    observed = None
+    if seen.weights_bytes is not None and seen.kv_cache_bytes is not None and graphs is not None:
+        observed = requested - seen.weights_bytes - seen.kv_cache_bytes - graphs
+    return [Figure(PROFILED_REST, "bytes", planned, observed, None)]
+
+
 def figures(plan: Plan, seen: Observed) -> list[Figure]:
     """Every figure the plan and the log both speak of, in the order vLLM logs them."""
     graphs = plan.components.get("cudagraph_pool")
@@ -84,6 +117,7 @@ def figures(plan: Plan, seen: Observed) -> list[Figure]:
         Figure(
             "weights", "bytes", planned_weights_bytes(plan), seen.weights_bytes, WEIGHTS_TOLERANCE
         ),
+        *_profiled_rest(plan, seen),
         Figure("KV pool", "bytes", plan.kv_cache_bytes, seen.kv_cache_bytes, KV_TOLERANCE),
         Figure(
             "KV cache tokens",

@@ -21,7 +21,14 @@ from entrypoint.errors import ConfigError
 from entrypoint.gpu_check import first_request, traces
 from entrypoint.gpu_check.check import CheckOptions, child_argv, child_flags, read_graphs, read_log
 from entrypoint.gpu_check.cli import exit_code, main
-from entrypoint.gpu_check.compare import DIFFERS, NOT_LOGGED, OK, all_within, figures
+from entrypoint.gpu_check.compare import (
+    DIFFERS,
+    NOT_LOGGED,
+    OK,
+    PROFILED_REST,
+    all_within,
+    figures,
+)
 from entrypoint.gpu_check.models import profile_config, write_profile_model
 from entrypoint.gpu_check.phases import phases
 from entrypoint.gpu_check.report import Outcome, render, to_json
@@ -68,9 +75,37 @@ def test_nemotron_figures_are_vllm_s_logged_ones_and_within_tolerance() -> None:
     assert got["weights"].observed == round(58.92 * GiB)
     assert got["attention block (tokens)"].observed == 2096
     assert got["padding layers"].observed == 1
-    assert all(f.verdict == OK for name, f in got.items() if name != "CUDA graph pool")
-    assert got["CUDA graph pool"].verdict == "shown"
+    shown = {"CUDA graph pool", PROFILED_REST}
+    assert all(f.verdict == OK for name, f in got.items() if name not in shown)
+    assert {got[name].verdict for name in shown} == {"shown"}
     assert all_within(list(got.values()))
+
+
+def test_the_rest_of_the_requested_memory_is_worked_from_the_log() -> None:
+    """Nemotron's start: 140.4 GiB (the H200 profile) × 0.92, less its logged weights
+    (58.92), pool (66.43) and the graph estimate vLLM says it took off (0.64)."""
+    rest = by_name(NEMOTRON)[PROFILED_REST]
+    assert rest.observed == pytest.approx((140.4 * 0.92 - 58.92 - 66.43 - 0.64) * GiB, abs=1e3)
+    plan = family_plan(NEMOTRON)
+    assert rest.planned == plan.components["activation_peak"] + plan.components["runtime"]  # type: ignore[attr-defined]
+
+
+def test_a_graph_estimate_vllm_did_not_subtract_is_left_in_the_rest() -> None:
+    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0: vLLM logs its estimate but not the
+    line saying it took it off, so the rest keeps it."""
+    text = (NEMOTRON / "vllm.log").read_text()
+    kept = "\n".join(line for line in text.splitlines() if "profiling is enabled" not in line)
+    plan = family_plan(NEMOTRON)
+    rest = {f.name: f for f in figures(plan, observed(kept))}[PROFILED_REST]  # type: ignore[arg-type]
+    assert rest.observed == pytest.approx((140.4 * 0.92 - 58.92 - 66.43) * GiB, abs=1e3)
+
+
+def test_a_fixed_pool_has_no_rest_to_show() -> None:
+    """--kv-cache-memory-bytes: vLLM skips the profiling run's sizing, so there is no
+    requested memory to take the rest from, and no row."""
+    plan = family_plan(NEMOTRON, kv_cache_memory_bytes=60 * GiB)
+    names = [f.name for f in figures(plan, observed((NEMOTRON / "vllm.log").read_text()))]  # type: ignore[arg-type]
+    assert "KV pool" in names and PROFILED_REST not in names
 
 
 def test_a_plan_for_other_settings_than_the_start_is_caught() -> None:
