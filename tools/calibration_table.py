@@ -6,7 +6,6 @@ python -m tools.calibration_table --write    # rewrite it in the doc
 
 from __future__ import annotations
 
-import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from budget.kv import KVCapacity, kv_capacity
 from budget.options import PlanOptions
 from budget.plan import Plan
 from budget.planner import build_plan
+from entrypoint.gpu_check.compare import PROFILED_REST, Figure, figures
 from entrypoint.gpu_check.models import write_profile_model
 from entrypoint.logscan import LogWatcher, Observed
 
@@ -71,7 +71,6 @@ RUNS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 RUN_ON = "0.24.0, H200, 2026-11-29"
-ESTIMATED_GRAPHS = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
 
 
 @dataclass(frozen=True)
@@ -91,8 +90,13 @@ class Run:
 
     @property
     def graph_estimate_gib(self) -> float | None:
-        match = ESTIMATED_GRAPHS.search(self.log)
-        return float(match[1]) if match else None
+        estimate = self.observed.cudagraph_estimate_bytes
+        return None if estimate is None else estimate / GiB
+
+    @property
+    def profiled_rest(self) -> Figure:
+        """The gpu_check's row: requested − weights − KV − the graph estimate vLLM applied."""
+        return next(f for f in figures(self.plan, self.observed) if f.name == PROFILED_REST)
 
 
 def capacity_blocks(run: Run) -> tuple[int, int, list[int]]:
@@ -142,11 +146,14 @@ def _row(run: Run) -> str:
     took = (o.cudagraph_bytes or 0) / GiB
     block, _, _ = capacity_blocks(run)
     planned = planned_capacity(run)
+    rest = run.profiled_rest
+    assert rest.planned is not None and rest.observed is not None
     return (
         f"| {run.tag} | {RUN_ON} "
         f"| {run.planned_weights / GiB:.2f} / {o.weights_bytes / GiB:.2f} "
         f"| {p.components.get('activation_peak', 0) / GiB:.2f} "
         f"| {p.components.get('runtime', 0) / GiB:.2f} "
+        f"| {rest.planned / GiB:.2f} / {rest.observed / GiB:.2f} "
         f"| {graphs:.2f} / {'—' if est is None else f'{est:.2f}'} / {took:.2f} "
         f"| {p.kv_cache_bytes / GiB:.2f} / {o.kv_cache_bytes / GiB:.2f} "
         f"({p.kv_cache_bytes / o.kv_cache_bytes - 1:+.1%}) "
@@ -158,10 +165,11 @@ def _row(run: Run) -> str:
 def table() -> str:
     head = (
         "| run | vLLM, GPU, date | weights GiB planned / observed | activation GiB (est.) "
-        "| runtime + non-torch GiB (est.) | graph pool GiB planned / vLLM est. / actual "
+        "| runtime + non-torch GiB (est.) | profiling peak + runtime GiB planned / observed "
+        "| graph pool GiB planned / vLLM est. / actual "
         "| KV GiB planned / observed | block | KV tokens planned / observed "
         "| max concurrency planned / observed |\n"
-        "|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
     )
     return "\n".join([head, *(_row(run) for run in load_runs())])
 
