@@ -16,9 +16,10 @@ from budget.kv import KVCapacity, kv_capacity
 from budget.options import PlanOptions
 from budget.plan import Plan
 from budget.planner import build_plan
+from entrypoint.calibration import planned_weights_bytes
 from entrypoint.gpu_check.compare import PROFILED_REST, Figure, figures
 from entrypoint.gpu_check.models import write_profile_model
-from entrypoint.logscan import LogWatcher, Observed
+from entrypoint.logscan import Observed, observed_in
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "budget" / "fixtures" / "gpu_h200"
@@ -82,11 +83,7 @@ class Run:
 
     @property
     def planned_weights(self) -> int:
-        return sum(
-            v
-            for k, v in self.plan.components.items()
-            if k.startswith("weights.") or k == "mtp_module"
-        )
+        return planned_weights_bytes(self.plan)
 
     @property
     def graph_estimate_gib(self) -> float | None:
@@ -131,10 +128,7 @@ def load_runs() -> list[Run]:
             options = {**ARTICLE_SETTINGS, **extra}
             plan = build_plan(PlanOptions(model=str(models[model]), hardware="h200", **options))
             log = (FIXTURES / f"{tag}.log").read_text()
-            watcher = LogWatcher()
-            for line in log.splitlines():
-                watcher.feed(line)
-            runs.append(Run(tag, plan, watcher.snapshot(), log))
+            runs.append(Run(tag, plan, observed_in(log.splitlines()), log))
     return runs
 
 

@@ -85,22 +85,14 @@ def _block_terms(plan: Plan, seen: Observed) -> list[Figure]:
     return [f for f in figures if f is not None]
 
 
-def _requested_bytes(plan: Plan) -> float | None:
-    """vLLM's requested memory (gpu_worker.py: total × utilization), from the plan's GPU;
-    None where no profiling run sizes the pool (a fixed pool, CPU, unified memory)."""
+def _profiled_rest(plan: Plan, seen: Observed) -> list[Figure]:
+    """The requested memory (the plan's usable bytes: the GPU's memory × utilization)
+    less weights, KV pool and the graph estimate vLLM applied; no row where no profiling
+    run sizes the pool (a fixed pool, CPU, unified memory)."""
     s = plan.settings
     if plan.kv_mode != "utilization" or s.device != "cuda" or s.hardware.uma:
-        return None
-    util = plan.gpu_memory_utilization
-    return None if util is None else s.hardware.memory_bytes * util
-
-
-def _profiled_rest(plan: Plan, seen: Observed) -> list[Figure]:
-    """The requested memory less weights, KV pool and the graph estimate vLLM applied
-    (no row where no profiling run sizes the pool)."""
-    requested = _requested_bytes(plan)
-    if requested is None:
         return []
+    requested = plan.usable_bytes
     planned = sum(v for k, v in plan.components.items() if k.startswith(VLLM_ACCOUNTED))
     planned -= planned_weights_bytes(plan) + plan.components.get("cudagraph_pool", 0)
     graphs = seen.cudagraph_estimate_bytes if seen.cudagraph_estimate_applied else 0
