@@ -10,6 +10,11 @@ new work with 503 + Retry-After, the entrypoint stops vLLM and exits 4 (no OOM k
 the stream ends with an error event, and the restart policy brings the container back
 to serve. One more vLLM restart, no other stack.
 
+What the entrypoint reads as available moves on its own: under pressure the kernel
+moves file pages (vLLM's and torch's mapped libraries) to its inactive list, which
+counts as available. So until the container stops, the test keeps the reading in a band
+under the floor and over half of it, taking or giving back chunks as it moves.
+
 A stream in flight when vLLM is stopped ends with an error event: vLLM's own (its engine
 core is gone: `EngineCore encountered an issue`) where its API server still writes one,
 else the gateway's (the upstream connection closed mid-stream).
@@ -22,11 +27,13 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import httpx
 import openai
 import pytest
 
+from entrypoint.watchdog import HARD_FLOOR_SHARE
 from tests.docker import faults
 from tests.docker import stack as st
 
@@ -35,13 +42,14 @@ pytestmark = pytest.mark.docker
 MiB = 1024**2
 GiB = 1024**3
 CHUNK_BYTES = 64 * MiB  # PRESSURE's step
-# Reads a byte count a line on stdin and holds that much, growing in 64 MiB chunks
+# Reads a byte count a line on stdin and holds that much, in 64 MiB chunks
 # (`b"\x01" * n` writes every page; a calloc'd bytearray would stay uncharged).
 PRESSURE = (
     "import sys, time\n"
     "held = []\n"
     "for line in sys.stdin:\n"
-    "    want = int(line) // (64 << 20)\n"
+    "    want = max(0, int(line)) // (64 << 20)\n"
+    "    del held[want:]\n"
     "    while len(held) < want:\n"
     "        held.append(b'\\x01' * (64 << 20))\n"
     "        time.sleep(0.05)\n"
@@ -49,6 +57,10 @@ PRESSURE = (
 )
 STEADY_MARGIN_BYTES = 512 * MiB
 UNDER_BYTES = 256 * MiB
+# The hold, the drain and the SIGTERM grace, with room: the watchdog has tripped by then.
+TRIP_TIMEOUT_S = 120
+# A restart of the CPU stack's vLLM takes under a minute here; ten is a failure.
+RESTART_TIMEOUT_S = 600
 STEADY_REQUESTS = 12
 CONTROL_METRICS = "http://127.0.0.1:8001/metrics"
 
@@ -72,6 +84,10 @@ class Pressure:
         line = self.proc.stdout.readline()
         assert line.startswith("held "), line
         self.held = int(line.split()[1])
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -170,14 +186,57 @@ def test_a_steady_load_above_the_floor_never_trips_it(
     )
 
 
+@dataclass
+class Keeper:
+    """Keeps the entrypoint's reading of available memory between half the floor and
+    UNDER_BYTES // 2 under it while the pressure's process lives (it dies with the
+    container), and keeps what it read for the failure message."""
+
+    pressure: Pressure
+    container: str
+    floor: int
+    readings: list[str] = field(default_factory=list)
+
+    def tick(self) -> None:
+        if not self.pressure.alive:
+            return
+        try:
+            available = memory(self.container, "available")
+            low = int(self.floor * HARD_FLOOR_SHARE) + 2 * CHUNK_BYTES
+            high = self.floor - UNDER_BYTES // 2
+            if low <= available <= high:
+                self.readings.append(f"{available / MiB:.0f}")
+                return
+            target = self.pressure.held + available - self.floor + UNDER_BYTES + CHUNK_BYTES
+            self.pressure.hold(target)
+            self.readings.append(f"{available / MiB:.0f}->{self.pressure.held / MiB:.0f} held")
+        except (AssertionError, OSError, subprocess.SubprocessError):
+            return  # the container is stopping: nothing left to keep
+
+    @property
+    def moves(self) -> int:
+        return sum("->" in reading for reading in self.readings)
+
+    def __str__(self) -> str:
+        return f"available MiB read while keeping the pressure: {self.readings[-40:]}"
+
+
 def _refusals_until_served(
-    stack: st.Stack, client: openai.OpenAI, before: int
+    stack: st.Stack, client: openai.OpenAI, before: int, keeper: Keeper
 ) -> tuple[list[httpx.Response], float]:
-    """Requests every 0.3 s until the restarted container answers: the refusals met."""
+    """Requests every 0.3 s until the restarted container answers: the refusals met.
+    Fails after TRIP_TIMEOUT_S where the container has not stopped (the pressure's
+    process lives), and says what the entrypoint read."""
     quick = client.with_options(timeout=5.0, max_retries=0)
     refused: list[httpx.Response] = []
     started = time.monotonic()
-    while time.monotonic() - started < st.UP_TIMEOUT_S:
+    while time.monotonic() - started < RESTART_TIMEOUT_S:
+        keeper.tick()
+        if keeper.pressure.alive and time.monotonic() - started > TRIP_TIMEOUT_S:
+            raise AssertionError(
+                f"the watchdog did not stop vLLM within {TRIP_TIMEOUT_S} s "
+                f"({len(refused)} refusals); {keeper}\n{_entrypoint_lines(stack)}"
+            )
         try:
             quick.chat.completions.create(
                 model=st.SERVED_MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
@@ -189,7 +248,16 @@ def _refusals_until_served(
         except (openai.APIConnectionError, openai.APITimeoutError):
             pass
         time.sleep(0.3)
-    raise AssertionError("the vLLM container did not serve again")
+    raise AssertionError(
+        f"the vLLM container did not serve again within {RESTART_TIMEOUT_S} s "
+        f"(restarts {faults.restart_count(stack.env) - before}); {keeper}\n"
+        f"{_entrypoint_lines(stack)}"
+    )
+
+
+def _entrypoint_lines(stack: st.Stack) -> str:
+    logs = st.compose(stack.env, "logs", "--no-color", "--tail", "400", "vllm").stdout
+    return "\n".join(line for line in logs.splitlines() if "sparkserve" in line)[-4000:]
 
 
 def _take_until_under(pressure: Pressure, container: str, floor: int) -> None:
@@ -220,9 +288,10 @@ def test_under_the_floor_it_refuses_then_exits_4_and_the_container_comes_back(
     _take_until_under(pressure, name, floor)
     # Started within the hold, so admitted; vLLM stops one hold and one drain after the
     # floor was crossed, long before this stream's 4,000 tokens are out.
+    keeper = Keeper(pressure, name, floor)
     stream = faults.Stream(stack.gateway, stack.key, 4000)
     stream.wait_for_events()
-    refused, answered = _refusals_until_served(stack, client, before)
+    refused, answered = _refusals_until_served(stack, client, before, keeper)
     stream.thread.join(60)
     logs = st.compose(stack.env, "logs", "--no-color", "vllm").stdout
     memory_low = [r for r in refused if r.status_code == 503 and _code(r) == "memory_low"]
@@ -242,5 +311,6 @@ def test_under_the_floor_it_refuses_then_exits_4_and_the_container_comes_back(
         f"memory watchdog, tripped: exit 4 without an OOM kill, first good answer "
         f"{answered:.0f} s after the pressure ({len(memory_low)} 503 memory_low, "
         f"{len(refused) - len(memory_low)} other refusals; the stream ended "
-        f"{stream.ended[0]} after {len(stream.events)} events)"
+        f"{stream.ended[0]} after {len(stream.events)} events; the pressure moved "
+        f"{keeper.moves} times in {len(keeper.readings)} readings to stay under the floor)"
     )
