@@ -54,13 +54,18 @@ GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "num_key_value_heads": 4,
 }
 # vLLM's multimodal wrappers and the text architecture each builds its language model
-# as (gemma3_mm.py / gemma4_mm.py `init_vllm_registered_model(architectures=[…])`).
+# as (gemma3_mm.py / gemma4_mm.py `init_vllm_registered_model(architectures=[…])`;
+# qwen3_5.py's wrappers build Qwen3_5Model / Qwen3_5MoeModel, the text models' own).
 # The planner sizes the language model alone and has vLLM skip the vision and audio
 # towers with --language-model-only (config/multimodal.py: every modality's limit is
-# then 0, and `_mark_tower_model` builds and loads no tower).
+# then 0, and `_mark_tower_model` builds and loads no tower). Without it a Qwen3.5
+# config with no `vision_config` still gets transformers' default vision tower (27
+# blocks of 1,152, about 0.4 B parameters), which vLLM builds and profiles.
 LANGUAGE_MODELS_OF: dict[str, str] = {
     "Gemma3ForConditionalGeneration": "Gemma3ForCausalLM",
     "Gemma4ForConditionalGeneration": "Gemma4ForCausalLM",
+    "Qwen3_5ForConditionalGeneration": "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeForCausalLM",
 }
 
 

@@ -1,5 +1,5 @@
-"""A multimodal Gemma checkpoint is planned as its language model, with vLLM told to
-skip the towers (--language-model-only).
+"""A multimodal Gemma or Qwen3.5 checkpoint is planned as its language model, with vLLM
+told to skip the towers (--language-model-only).
 
 The configs are Google's published ones (fixtures/multimodal/README.md).  Figures are
 worked by hand from the configs, transformers' Gemma3TextConfig defaults and vLLM's
@@ -19,6 +19,7 @@ from safetensors.numpy import save_file
 
 from budget.cli import main
 from devtools.tiny_model import config_for
+from tests.draftvocab.tiny_qwen3_5 import moe_config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "multimodal"
 GEMMA3 = CONFIGS / "gemma-3-27b-it.json"
@@ -138,3 +139,59 @@ def test_the_profile_plans_as_the_published_config(
         assert from_profile[key] == from_file[key], key
     assert from_profile["fits"] is True
     assert "--language-model-only" in from_profile["vllm_args"]
+
+
+@pytest.mark.parametrize("profile", ["qwen3.8-flash-next", "qwen3.8-27b"])
+def test_the_qwen3_5_profiles_skip_the_vision_tower(
+    profile: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both profiles name a Qwen3.5 wrapper with no `vision_config`: without the flag,
+    vLLM would build transformers' default 27-block vision tower and profile it."""
+    assert main(["plan", "--model", profile, "--json"]) in (0, 1), capsys.readouterr().err
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["vllm_args"].count("--language-model-only") == 1
+    assert not any("vision" in name for name in plan["components"])
+
+
+def test_qwen3_5_moe_is_its_language_model_with_the_tower_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The multimodal wrapper plans as its text model (Qwen3_5MoeForCausalLM) does, plus
+    the flag; Qwen3-Next, a text model, gets no flag."""
+    config = moe_config()
+    wrapped = _plan(tmp_path, config, capsys, "--max-model-len", "4096")
+    assert wrapped["vllm_args"].count("--language-model-only") == 1
+    text = tmp_path / "text"
+    text.mkdir()
+    as_text = config["text_config"] | {"architectures": ["Qwen3_5MoeForCausalLM"]}
+    same = _plan(text, as_text, capsys, "--max-model-len", "4096")
+    assert "--language-model-only" not in same["vllm_args"]
+    assert (same["components"], same["kv_layout"]) == (wrapped["components"], wrapped["kv_layout"])
+    nxt = tmp_path / "next"
+    nxt.mkdir()
+    assert "--language-model-only" not in _plan(nxt, config_for("hybrid-mtp"), capsys)["vllm_args"]
+
+
+def test_qwen3_5_checkpoint_headers_leave_the_visual_tensors_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Qwen3.5's published names: the language model under `model.language_model.`, the
+    tower under `model.visual.` (qwen3_5.py's `hf_to_vllm_mapper`)."""
+    config = moe_config()
+    text = config["text_config"]
+    hidden, vocab = text["hidden_size"], text["vocab_size"]
+    tensors = {
+        "model.language_model.embed_tokens.weight": _tensor(vocab, hidden),
+        "model.language_model.layers.3.self_attn.o_proj.weight": _tensor(hidden, 128),
+        "model.visual.blocks.0.mlp.linear_fc1.weight": _tensor(64, 32),
+        "model.visual.merger.linear_fc2.weight": _tensor(hidden, 128),
+    }
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    plan = _plan(tmp_path, config, capsys, "--max-model-len", "4096")
+    weights = {k: v for k, v in plan["components"].items() if k.startswith("weights.")}
+    # float16 on disk, cast to the config's float32: 4 bytes per element.
+    assert weights == {
+        "weights.embeddings": vocab * hidden * 4,
+        "weights.attention": hidden * 128 * 4,
+    }
+    assert plan["weights_source"]["tensors"]["vision"] == 2
