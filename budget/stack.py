@@ -40,7 +40,7 @@ from budget.components import system_reserve_bytes
 from budget.errors import BudgetError
 from budget.kv import min_kv_bytes_to_start
 from budget.options import SETTINGS, HostFacts, PlanOptions, Setting
-from budget.plan import Plan, plan_for
+from budget.plan import CUDA_CONTEXT_BYTES, Plan, plan_for
 from budget.planner import finish_plan, resolve_options
 from budget.profiles import GiB, ModelProfile
 from budget.settings import Settings
@@ -74,11 +74,6 @@ MODEL_KEYS = (
     "memory_share",
     *(s.name for s in SETTINGS if s.name not in (*_BOX_OPTIONS, *_NOT_PER_MODEL)),
 )
-# What a CUDA process holds before vLLM's start-up check measures free memory, outside
-# its request: on an H100 (vLLM 0.24, torch 2.11, one GPU) vLLM logged "Initial free
-# memory 78.66 GiB" of 79.18 GiB with nothing else on the GPU
-# (tests/entrypoint/fixtures/gpu_stack_h100/), 0.52 GiB; not measured on GB10.
-CUDA_CONTEXT_BYTES = 532 * MiB
 # A sized slice also leaves the calibrated runtime's spread: the five H200 starts
 # behind budget/components.py's 1.30 GiB measured up to 1.52 GiB, so a model may hold
 # that much more than its plan before the next one starts.

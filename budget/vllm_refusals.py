@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 from budget.errors import BudgetError
-from budget.plan import Plan
+from budget.plan import CUDA_CONTEXT_BYTES, Plan, start_free_bytes
+from budget.units import GiB
 
 # config/compilation.py CUDAGraphMode.has_full_cudagraphs().
 FULL_GRAPH_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -31,5 +34,30 @@ def check_mamba_blocks_for_full_graphs(plan: Plan) -> None:
     )
 
 
+def check_start_request(plan: Plan) -> None:
+    """v1/worker/utils.py `request_memory` (0.24.0, 0.32.0): at start-up vLLM needs
+    ceil(total × --gpu-memory-utilization) free on the GPU, measured once its own CUDA
+    context exists; a fraction that asks for more than the GPU less that context is a
+    ValueError ("Free memory on device … is less than desired GPU memory
+    utilization") even with nothing else on the GPU."""
+    s = plan.settings
+    free = start_free_bytes(s)
+    util = s.gpu_memory_utilization
+    if free is None or util is None:
+        return
+    total = s.hardware.memory_bytes
+    request = math.ceil(total * util)
+    if request <= free:
+        return
+    most = math.floor(1000 * free / total) / 1000
+    raise BudgetError(
+        f"--gpu-memory-utilization {util:g} has vLLM's start-up check ask for "
+        f"{request / GiB:.2f} GiB free of the GPU's {total / GiB:.2f} GiB, but at most "
+        f"{free / GiB:.2f} GiB is free once vLLM's CUDA context ({CUDA_CONTEXT_BYTES / GiB:.2f} "
+        f"GiB) exists, and vLLM refuses to start; give at most {most:g}"
+    )
+
+
 def check_refusals(plan: Plan) -> None:
+    check_start_request(plan)
     check_mamba_blocks_for_full_graphs(plan)

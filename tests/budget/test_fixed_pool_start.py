@@ -1,15 +1,21 @@
 """A KV pool fixed by --kv-cache-memory-bytes still meets vLLM's start-up check
 (v1/worker/utils.py `request_memory`, 0.20-0.34): free memory ≥ ceil(total × fraction),
-0.92 when none is given.  The plan passes the fraction that covers what vLLM allocates."""
+0.92 when none is given.  The plan passes the fraction that covers what vLLM allocates.
+On a discrete GPU the free memory is measured once vLLM's own CUDA context exists, so a
+pool or a fraction that asks for the whole GPU is refused by vLLM; the figures are an
+H100's as vLLM 0.24 logged them (tests/entrypoint/fixtures/gpu_stack_h100/)."""
 
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from budget.errors import BudgetError
 from budget.flags import vllm_args
 from budget.options import PlanOptions
 from budget.plan import Plan
@@ -106,3 +112,79 @@ def test_no_plan_asks_for_less_than_it_allocates(
     assert util is not None
     total = plan.settings.hardware.memory_bytes
     assert requested(plan, util) >= allocated(plan) or allocated(plan) > total
+
+
+H100 = Path(__file__).parents[1] / "entrypoint/fixtures/gpu_stack_h100"
+GIB_ROUNDING = 0.005  # vLLM logs GiB with 2 decimals
+
+
+def h100_at_start() -> tuple[float, float]:
+    """(total, free) GiB that vLLM 0.24's start-up check saw on the H100: the total from
+    its refusal line (`Free memory on device cuda:0 (free/total GiB)`, a start with
+    another model on the GPU), the free memory with nothing else on it from `Initial
+    free memory`."""
+    refused = re.search(r"Free memory on device \S+ \([\d.]+/([\d.]+) GiB\)",
+                        (H100 / "before/embed/vllm.log").read_text())  # fmt: skip
+    alone = re.search(
+        r"Initial free memory ([\d.]+) GiB", (H100 / "run1/chat/vllm.log").read_text()
+    )
+    assert refused and alone
+    return float(refused[1]), float(alone[1])
+
+
+@pytest.mark.parametrize(("pool_gib", "fits"), [(58.5, True), (59.0, True), (60.0, False)])
+def test_a_fixed_pool_fits_only_if_its_fraction_is_free_at_start(
+    pool_gib: float, fits: bool
+) -> None:
+    """With a 60 GiB pool the plan's total (79.1 GiB) is under the GPU's 79.19, but the
+    fraction it must pass asks for more than the 78.66 GiB vLLM finds free."""
+    plan = build_plan(
+        PlanOptions(
+            model="llama-3.1-8b",
+            hardware="h100-80gb",
+            max_model_len=8192,
+            kv_cache_memory_bytes=int(pool_gib * GiB),
+        )
+    )
+    total, free = h100_at_start()
+    util = fraction(plan)
+    assert util is not None
+    assert plan.total_bytes < plan.settings.hardware.memory_bytes
+    assert plan.fits is fits
+    assert (math.ceil(total * util * 100) / 100 <= free + GIB_ROUNDING) is fits
+
+
+@settings(max_examples=25, deadline=None)
+@given(pool_gib=st.floats(min_value=50, max_value=62))
+def test_no_fixed_pool_that_fits_is_refused_at_start(pool_gib: float) -> None:
+    plan = build_plan(
+        PlanOptions(
+            model="llama-3.1-8b",
+            hardware="h100-80gb",
+            max_model_len=8192,
+            kv_cache_memory_bytes=int(pool_gib * GiB),
+        )
+    )
+    total, free = h100_at_start()
+    util = fraction(plan)
+    assert util is not None
+    if plan.fits:
+        assert total * util <= free + GIB_ROUNDING
+
+
+@pytest.mark.parametrize(("util", "refused"), [(0.99, False), (0.993, False), (0.994, True)])
+def test_a_fraction_that_asks_more_than_is_free_at_start_is_refused(
+    util: float, refused: bool
+) -> None:
+    """79.18 GiB × 0.994 = 78.71 GiB > 78.66 free: vLLM's "Free memory on device … is
+    less than desired GPU memory utilization"; 0.993 asks 78.63 GiB."""
+    total, free = h100_at_start()
+    assert (total * util > free + GIB_ROUNDING) is refused
+    options = PlanOptions(
+        model="llama-3.1-8b", hardware="h100-80gb", max_model_len=8192, gpu_memory_utilization=util
+    )
+    if not refused:
+        assert fraction(build_plan(options)) == util
+        return
+    with pytest.raises(BudgetError, match=r"--gpu-memory-utilization 0\.994 .* at most 0\.993"):
+        build_plan(options)
