@@ -9,7 +9,7 @@ from dataclasses import replace
 from budget.errors import BudgetError
 from budget.graphs import decode_dispatch
 from budget.known_breakage import gemma4_warning
-from budget.plan import CUDA_CONTEXT_BYTES, Plan, min_kv_bytes, plan_for
+from budget.plan import CUDA_CONTEXT_BYTES, Plan, min_kv_bytes, plan_for, start_free_bytes
 from budget.profiles import GiB, ModelProfile, hardware_names, load_hardware
 from budget.settings import Settings
 
@@ -33,7 +33,7 @@ def shortfall(plan: Plan) -> str:
         over = fixed + need_kv - plan.usable_bytes
     biggest = max((k for k in plan.components if k != "kv_cache"), key=lambda k: plan.components[k])
     usable = ""
-    if plan.kv_mode == "fixed" and plan.fixed_start_utilization is not None:
+    if start_free_bytes(plan.settings) is not None and plan.fixed_start_utilization is not None:
         usable = (
             f"; usable is the GPU less vLLM's CUDA context ({_gib(CUDA_CONTEXT_BYTES)}), "
             "which vLLM's start-up check must find free"
