@@ -1,9 +1,11 @@
 """A multimodal Gemma or Qwen3.5 checkpoint is planned as its language model, with vLLM
 told to skip the towers (--language-model-only).
 
-The configs are Google's published ones (fixtures/multimodal/README.md).  Figures are
-worked by hand from the configs, transformers' Gemma3TextConfig defaults and vLLM's
-source (gemma3.py, gemma3_mm.py, config/model.py `_get_and_verify_max_len`).
+The Gemma configs are Google's published ones (fixtures/multimodal/README.md); the
+Qwen3.5 one is the draft-vocab tests' tiny checkpoint (tests/draftvocab/tiny_qwen3_5.py).
+Figures are worked by hand from the configs, transformers' Gemma3TextConfig defaults and
+vLLM's source (gemma3.py, gemma3_mm.py, qwen3_5.py, config/model.py
+`_get_and_verify_max_len`).
 """
 
 from __future__ import annotations
@@ -176,7 +178,8 @@ def test_qwen3_5_checkpoint_headers_leave_the_visual_tensors_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Qwen3.5's published names: the language model under `model.language_model.`, the
-    tower under `model.visual.` (qwen3_5.py's `hf_to_vllm_mapper`)."""
+    tower under `model.visual.` (qwen3_vl.py's `hf_to_vllm_mapper`, which qwen3_5.py's
+    wrappers extend)."""
     config = moe_config()
     text = config["text_config"]
     hidden, vocab = text["hidden_size"], text["vocab_size"]
