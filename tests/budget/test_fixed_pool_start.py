@@ -132,44 +132,45 @@ def h100_at_start() -> tuple[float, float]:
     return float(refused[1]), float(alone[1])
 
 
+def h100_fixed_pool(pool_gib: float) -> tuple[Plan, float]:
+    """Llama-3.1-8B at 8,192 tokens on the H100 with a fixed pool: the plan and the
+    fraction it passes."""
+    plan = build_plan(
+        PlanOptions(
+            model="llama-3.1-8b",
+            hardware="h100-80gb",
+            max_model_len=8192,
+            kv_cache_memory_bytes=int(pool_gib * GiB),
+        )
+    )
+    util = fraction(plan)
+    assert util is not None
+    return plan, util
+
+
+def starts_on_the_h100(util: float) -> bool:
+    """Whether vLLM's check passes there: total × fraction within the logged free memory."""
+    total, free = h100_at_start()
+    return total * util <= free + GIB_ROUNDING
+
+
 @pytest.mark.parametrize(("pool_gib", "fits"), [(58.5, True), (59.0, True), (60.0, False)])
 def test_a_fixed_pool_fits_only_if_its_fraction_is_free_at_start(
     pool_gib: float, fits: bool
 ) -> None:
     """With a 60 GiB pool the plan's total (79.1 GiB) is under the GPU's 79.19, but the
     fraction it must pass asks for more than the 78.66 GiB vLLM finds free."""
-    plan = build_plan(
-        PlanOptions(
-            model="llama-3.1-8b",
-            hardware="h100-80gb",
-            max_model_len=8192,
-            kv_cache_memory_bytes=int(pool_gib * GiB),
-        )
-    )
-    total, free = h100_at_start()
-    util = fraction(plan)
-    assert util is not None
+    plan, util = h100_fixed_pool(pool_gib)
     assert plan.total_bytes < plan.settings.hardware.memory_bytes
     assert plan.fits is fits
-    assert (total * util <= free + GIB_ROUNDING) is fits
+    assert starts_on_the_h100(util) is fits
 
 
 @settings(max_examples=25, deadline=None)
 @given(pool_gib=st.floats(min_value=50, max_value=62))
 def test_no_fixed_pool_that_fits_is_refused_at_start(pool_gib: float) -> None:
-    plan = build_plan(
-        PlanOptions(
-            model="llama-3.1-8b",
-            hardware="h100-80gb",
-            max_model_len=8192,
-            kv_cache_memory_bytes=int(pool_gib * GiB),
-        )
-    )
-    total, free = h100_at_start()
-    util = fraction(plan)
-    assert util is not None
-    if plan.fits:
-        assert total * util <= free + GIB_ROUNDING
+    plan, util = h100_fixed_pool(pool_gib)
+    assert starts_on_the_h100(util) or not plan.fits
 
 
 @pytest.mark.parametrize(("util", "refused"), [(0.99, False), (0.993, False), (0.994, True)])
@@ -178,8 +179,7 @@ def test_a_fraction_that_asks_more_than_is_free_at_start_is_refused(
 ) -> None:
     """79.18 GiB × 0.994 = 78.71 GiB > 78.66 free: vLLM's "Free memory on device … is
     less than desired GPU memory utilization"; 0.993 asks 78.63 GiB."""
-    total, free = h100_at_start()
-    assert (total * util > free + GIB_ROUNDING) is refused
+    assert starts_on_the_h100(util) is not refused
     options = PlanOptions(
         model="llama-3.1-8b", hardware="h100-80gb", max_model_len=8192, gpu_memory_utilization=util
     )
