@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from budget import known_breakage
 from budget.errors import BudgetError
 from budget.graphs import decode_dispatch
-from budget.known_breakage import gemma4_warning
 from budget.plan import CUDA_CONTEXT_BYTES, Plan, min_kv_bytes, plan_for, start_free_bytes
 from budget.profiles import GiB, ModelProfile, hardware_names, load_hardware
 from budget.settings import Settings
@@ -205,8 +205,7 @@ def warnings_for(plan: Plan) -> list[str]:
                 "the next captured graph, padded: "
                 "each such step computes the padding tokens too (capture (K+1)×S exactly)"
             )
-    if breakage := gemma4_warning(plan.model, s.vllm.version):
-        out.append(breakage)
+    out.extend(known_breakage.warnings(plan.model, s.vllm.version))
     if plan.layout.padding_layers:
         out.append(
             f"{plan.layout.padding_layers} padding layer(s) in the KV groups waste "

@@ -16,9 +16,9 @@ import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from budget import known_breakage
 from budget.errors import BudgetError
 from budget.flags import vllm_args
-from budget.known_breakage import gemma4_refusal
 from budget.model import text_config
 from budget.plan import Plan
 from budget.safetensors_headers import read_checkpoint
@@ -234,7 +234,7 @@ def check_known_breakage(
     plan: Plan, force: bool, console: Console, transformers: str | None
 ) -> None:
     """A start the installed vLLM and transformers are known to fail (budget/known_breakage.py)."""
-    problem = gemma4_refusal(plan.model, plan.settings.vllm.version, transformers)
+    problem = known_breakage.refusal(plan.model, plan.settings.vllm.version, transformers)
     if problem is not None:
         _unless_forced(problem, force, console, PreflightError)
 

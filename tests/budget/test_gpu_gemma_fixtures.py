@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from budget.cli import main
-from budget.known_breakage import gemma4_refusal
+from budget.known_breakage import refusal
 from budget.options import PlanOptions
 from budget.planner import build_plan
 from budget.profiles import load_model_dir
@@ -141,6 +141,6 @@ def test_the_entrypoint_refuses_what_failed_there() -> None:
     versions = dict(
         line.split("==") for line in (RUN / "pip-list.txt").read_text().splitlines() if "==" in line
     )
-    problem = gemma4_refusal(model, versions["vllm"], versions["transformers"])
+    problem = refusal(model, versions["vllm"], versions["transformers"])
     assert problem is not None and "\n" not in problem
     assert re.search(r"vLLM 0\.24\.0 with transformers 5\.17\.0", problem)

@@ -1,5 +1,10 @@
-"""Gemma 4 on a vLLM before 0.28.0: the planner warns, the entrypoint refuses when the
-installed transformers is 5.15 or later (vllm-project/vllm#51744)."""
+"""Starts a vLLM release cannot make with a recent transformers: the planner warns, the
+entrypoint refuses where the installed pair is one that fails (budget/known_breakage.py).
+
+- Gemma 4 on a vLLM before 0.28.0 with transformers 5.15 or later (vllm-project/vllm#51744).
+- Granite-4.0-H on a vLLM before 0.26.0 with transformers 5.13 or later
+  (vllm-project/vllm#47634); the H200 start of `fixtures/gpu_h200_families/` failed so.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +14,21 @@ from pathlib import Path
 import pytest
 
 from budget.cli import main
-from budget.known_breakage import gemma4_refusal, gemma4_warning
+from budget.known_breakage import refusal, warnings
 from budget.model import ModelSpec, model_from_config
 from devtools.tiny_model import config_for
 
-GEMMA4_31B = Path(__file__).parent / "fixtures" / "multimodal" / "gemma-4-31B-it.json"
+FIXTURES = Path(__file__).parent / "fixtures"
+GEMMA4_31B = FIXTURES / "multimodal" / "gemma-4-31B-it.json"
+GRANITE_H200 = FIXTURES / "gpu_h200_families" / "granite-4.0-h-small-shape"
 
 
 def _gemma4() -> ModelSpec:
     return model_from_config(json.loads(GEMMA4_31B.read_text()), "g4", "test")
+
+
+def _granite() -> ModelSpec:
+    return model_from_config(json.loads((GRANITE_H200 / "config.json").read_text()), "gr", "t")
 
 
 @pytest.mark.parametrize(
@@ -35,24 +46,74 @@ def _gemma4() -> ModelSpec:
 def test_gemma4_is_refused_only_where_the_pair_breaks(
     vllm: str, transformers: str | None, refused: bool
 ) -> None:
-    problem = gemma4_refusal(_gemma4(), vllm, transformers)
+    problem = refusal(_gemma4(), vllm, transformers)
     assert (problem is not None) is refused
     if problem:
         assert f"vLLM {vllm} with transformers {transformers}" in problem
         assert "vllm-project/vllm#51744" in problem and "5.14.1" in problem
+        assert "\n" not in problem
 
 
-def test_other_models_are_not_refused() -> None:
-    gemma3 = model_from_config(config_for("gemma3-mm"), "g3", "test")
-    assert gemma4_refusal(gemma3, "0.24.0", "5.17.0") is None
-    assert gemma4_warning(gemma3, "0.24.0") is None
-
-
-@pytest.mark.parametrize(("vllm", "warned"), [("0.24.0", True), ("0.28.0", False)])
-def test_the_plan_warns_for_a_vllm_before_0_28(
-    vllm: str, warned: bool, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("vllm", "transformers", "refused"),
+    [
+        ("0.24.0", "5.17.0", True),  # the H200 start that stopped with KeyError
+        ("0.25.1", "5.13.0", True),  # the first transformers that renames
+        ("0.24.0", "5.12.1", False),  # the last that keeps "mamba" / "attention"
+        ("0.24.0", "5.10.0", False),
+        ("0.26.0", "5.17.0", False),  # 0.26.0 keys both names
+        ("0.32.0", "5.19.0", False),
+        ("0.24.0", None, False),
+    ],
+)
+def test_granite_4_h_is_refused_only_where_the_pair_breaks(
+    vllm: str, transformers: str | None, refused: bool
 ) -> None:
-    args = ["plan", "--model", "gemma-4-31b-it", "--vllm-version", vllm, "--json"]
-    assert main(args) in (0, 1)
-    warnings = json.loads(capsys.readouterr().out)["warnings"]
-    assert any("AmbiguousGlobalPerLayerAttributeError" in w for w in warnings) is warned
+    problem = refusal(_granite(), vllm, transformers)
+    assert (problem is not None) is refused
+    if problem:
+        assert f"vLLM {vllm} with transformers {transformers}" in problem
+        assert "KeyError: 'linear_attention'" in problem
+        assert "vllm-project/vllm#47634" in problem and "5.12.1" in problem
+        assert "0.26.0" in problem and "\n" not in problem
+
+
+def test_the_granite_refusal_names_what_the_h200_start_stopped_on() -> None:
+    """The fixture's own packages (env.txt) and error line, not a restatement of the rule."""
+    env = (GRANITE_H200.parent / "env.txt").read_text()
+    transformers = next(
+        line.split()[1] for line in env.splitlines() if line.startswith("transformers ")
+    )
+    problem = refusal(_granite(), "0.24.0", transformers)
+    assert problem is not None
+    error = next(
+        line.split("] ", 1)[1]
+        for line in (GRANITE_H200 / "vllm.log").read_text().splitlines()
+        if "KeyError" in line and "] " in line
+    )
+    assert error in problem
+
+
+@pytest.mark.parametrize("name", ["gemma3-mm", "nemotron-h", "falcon-h1", "hybrid", "gpt-oss"])
+def test_other_models_are_neither_refused_nor_warned(name: str) -> None:
+    model = model_from_config(config_for(name), "m", "test")
+    assert refusal(model, "0.24.0", "5.17.0") is None
+    assert warnings(model, "0.24.0") == []
+
+
+@pytest.mark.parametrize(
+    ("args", "vllm", "needle", "warned"),
+    [
+        (["--model", "gemma-4-31b-it"], "0.24.0", "AmbiguousGlobalPerLayerAttributeError", True),
+        (["--model", "gemma-4-31b-it"], "0.28.0", "AmbiguousGlobalPerLayerAttributeError", False),
+        (["--model", str(GRANITE_H200)], "0.24.0", "KeyError: 'linear_attention'", True),
+        (["--model", str(GRANITE_H200)], "0.26.0", "KeyError: 'linear_attention'", False),
+    ],
+)
+def test_the_plan_warns_for_a_release_before_the_fix(
+    args: list[str], vllm: str, needle: str, warned: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", *args, "--hardware", "h200", "--vllm-version", vllm, "--json"]
+    assert main(argv) in (0, 1)
+    found = json.loads(capsys.readouterr().out)["warnings"]
+    assert any(needle in w for w in found) is warned
