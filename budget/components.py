@@ -36,9 +36,11 @@ SAMPLER_COPIES = 3  # logits, probabilities and a sort buffer in the sampler's p
 # vocab × hidden matrix in the model's dtype, within 2 % for Llama-3.1-8B (0.98 GiB) and
 # Gemma 3 27B (2.63 GiB) on an H100 with vLLM 0.24 and an empty compile cache
 # (tests/budget/fixtures/gpu_h100_families/profiling, docs/kv-arithmetic.md). The runtime
-# figure above was calibrated with Llama-8B-sized vocabularies and holds their matrix; a
-# dense model with a larger one gets the difference. Smaller ones keep the calibrated
-# figure, and MoE and hybrid models, whose logs do not show this term, are unchanged.
+# figure above was calibrated on starts whose matrix was at most Llama-3.1-8B's, and holds
+# it; a dense model with a larger one gets the difference, per rank as
+# VocabParallelEmbedding shards the vocabulary (TP > 1 not measured). Smaller ones keep the
+# calibrated figure, and MoE and hybrid models, whose logs do not show this term, are
+# unchanged.
 CALIBRATED_VOCAB_MATRIX_BYTES = 128_256 * 4096 * 2  # Llama-3.1-8B, bf16
 
 
