@@ -15,37 +15,25 @@ from pathlib import Path
 
 import pytest
 
-from budget.cli import main
 from budget.known_breakage import refusal
 from budget.options import PlanOptions
 from budget.planner import build_plan
 from budget.profiles import load_model_dir
 from entrypoint.gpu_check.compare import KV_TOLERANCE, PROFILED_REST, WEIGHTS_TOLERANCE, figures
-from entrypoint.logscan import Observed, observed_in
+from tests.budget.gpu_runs import (
+    GiB,
+    observed,
+    plan,
+    planned_weights,
+    report,
+    tokens_around_the_logged_pool,
+)
 
 RUN = Path(__file__).parent / "fixtures" / "gpu_h100_gemma"
 PUBLISHED = Path(__file__).parent / "fixtures" / "multimodal"
 GEMMA3, GEMMA4 = RUN / "gemma-3-27b-it", RUN / "gemma-4-31b-it"
-GiB = 1024**3
-HALF_LOGGED_GIB = 0.005 * GiB  # gpu_worker.py prints the pool in GiB with two decimals
 # The start's settings, as its command line shows them (report.json "command").
 GEMMA3_ARGS = ("--hardware", "h100-80gb", "--max-model-len", "32768", "--max-num-seqs", "8")
-
-
-def observed(run: Path) -> Observed:
-    return observed_in((run / "vllm.log").read_text().splitlines())
-
-
-def plan(run: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
-    argv = ["plan", "--model", str(run), "--vllm-version", "0.24.0", "--json", *extra]
-    assert main(argv) in (0, 1), capsys.readouterr().err
-    result: dict[str, object] = json.loads(capsys.readouterr().out)
-    return result
-
-
-def report(run: Path) -> dict[str, object]:
-    result: dict[str, object] = json.loads((run / "report.json").read_text())
-    return result
 
 
 @pytest.mark.parametrize("run", [GEMMA3, GEMMA4], ids=lambda p: p.name)
@@ -72,11 +60,10 @@ def test_gemma_3_served_as_a_text_model_with_the_planned_weights_and_layout(
         "Resolved architecture: Gemma3ForConditionalGeneration" in (GEMMA3 / "vllm.log").read_text()
     )
     planned = plan(GEMMA3, capsys, *GEMMA3_ARGS)
-    components = planned["components"]
-    assert isinstance(components, dict)
-    weights = sum(v for k, v in components.items() if k.startswith("weights."))
     assert seen.weights_bytes is not None
-    assert abs(weights / seen.weights_bytes - 1) < WEIGHTS_TOLERANCE  # "took 50.74 GiB"
+    assert (
+        abs(planned_weights(planned) / seen.weights_bytes - 1) < WEIGHTS_TOLERANCE
+    )  # "took 50.74 GiB"
     layout = planned["kv_layout"]
     assert isinstance(layout, dict)
     assert seen.padding_layers == layout["padding_layers"] == 8
@@ -87,13 +74,9 @@ def test_gemma_3_tokens_follow_from_the_logged_pool(
 ) -> None:
     """The planner's page and group arithmetic at the pool vLLM logged, ± half its last
     printed digit, brackets the 92,374 tokens vLLM logged."""
-    seen = observed(GEMMA3)
-    assert seen.kv_cache_bytes is not None and seen.kv_cache_tokens == 92_374
-    tokens = []
-    for pool in (seen.kv_cache_bytes - HALF_LOGGED_GIB, seen.kv_cache_bytes + HALF_LOGGED_GIB):
-        extra = (*GEMMA3_ARGS, "--kv-cache-memory-bytes", str(int(pool)))
-        tokens.append(plan(GEMMA3, capsys, *extra)["kv_cache_tokens"])
-    assert tokens[0] <= seen.kv_cache_tokens <= tokens[1]
+    assert observed(GEMMA3).kv_cache_tokens == 92_374
+    low, high = tokens_around_the_logged_pool(GEMMA3, capsys, *GEMMA3_ARGS)
+    assert low <= 92_374 <= high
 
 
 def test_gemma_3_pool_is_within_two_percent_of_the_plan(

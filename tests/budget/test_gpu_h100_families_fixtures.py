@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from budget.cli import main
 from budget.components import (
     SAMPLER_COPIES,
     activation_bytes_per_token,
@@ -24,39 +23,23 @@ from budget.known_breakage import refusal, warnings
 from budget.model import model_from_config
 from budget.profiles import load_model, load_model_dir
 from devtools.tiny_model import config_for
-from entrypoint.logscan import Observed, observed_in
+from tests.budget.gpu_runs import (
+    HALF_LOGGED_GIB,
+    GiB,
+    observed,
+    plan,
+    planned_weights,
+    report,
+    tokens_around_the_logged_pool,
+)
 
 RUN = Path(__file__).parent / "fixtures" / "gpu_h100_families"
 GRANITE, GEMMA4 = RUN / "granite-4.0-h-small-shape", RUN / "gemma-4-31b-it"
 PUBLISHED_GEMMA4 = Path(__file__).parent / "fixtures" / "multimodal" / "gemma-4-31B-it.json"
 GEMMA3_CONFIG = Path(__file__).parent / "fixtures" / "gpu_h100_gemma" / "gemma-3-27b-it"
 GRANITE_H200 = Path(__file__).parent / "fixtures" / "gpu_h200_families" / GRANITE.name
-GiB = 1024**3
-HALF_LOGGED_GIB = 0.005 * GiB  # gpu_worker.py prints GiB with two decimals
 # The Granite start's settings, as report.json's command shows them.
 GRANITE_ARGS = ("--hardware", "h100-80gb", "--max-model-len", "32768", "--max-num-seqs", "8")
-
-
-def observed(run: Path) -> Observed:
-    return observed_in((run / "vllm.log").read_text().splitlines())
-
-
-def plan(run: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
-    argv = ["plan", "--model", str(run), "--vllm-version", "0.24.0", "--json", *extra]
-    assert main(argv) in (0, 1), capsys.readouterr().err
-    result: dict[str, object] = json.loads(capsys.readouterr().out)
-    return result
-
-
-def weights_planned(planned: dict[str, object]) -> int:
-    components = planned["components"]
-    assert isinstance(components, dict)
-    return sum(v for k, v in components.items() if k.startswith("weights."))
-
-
-def report(run: Path) -> dict[str, object]:
-    result: dict[str, object] = json.loads((run / "report.json").read_text())
-    return result
 
 
 def packages(name: str) -> dict[str, str]:
@@ -93,7 +76,7 @@ def test_granite_plan_is_within_two_percent_of_the_pool_and_one_of_the_weights(
     assert seen.kv_cache_bytes is not None and seen.weights_bytes is not None
     planned = plan(GRANITE, capsys, *GRANITE_ARGS)
     assert abs(int(str(planned["kv_cache_bytes"])) / seen.kv_cache_bytes - 1) < 0.02
-    assert abs(weights_planned(planned) / seen.weights_bytes - 1) < 0.01
+    assert abs(planned_weights(planned) / seen.weights_bytes - 1) < 0.01
 
 
 def test_granite_block_and_lines_are_the_logged_ones(capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,13 +92,9 @@ def test_granite_block_and_lines_are_the_logged_ones(capsys: pytest.CaptureFixtu
 
 
 def test_granite_logged_pool_brackets_its_tokens(capsys: pytest.CaptureFixture[str]) -> None:
-    seen = observed(GRANITE)
-    assert seen.kv_cache_bytes is not None and seen.kv_cache_tokens == 580_266
-    tokens = []
-    for pool in (seen.kv_cache_bytes - HALF_LOGGED_GIB, seen.kv_cache_bytes + HALF_LOGGED_GIB):
-        extra = (*GRANITE_ARGS, "--kv-cache-memory-bytes", str(int(pool)))
-        tokens.append(plan(GRANITE, capsys, *extra)["kv_cache_tokens"])
-    assert tokens[0] <= seen.kv_cache_tokens <= tokens[1]  # type: ignore[operator]
+    assert observed(GRANITE).kv_cache_tokens == 580_266
+    low, high = tokens_around_the_logged_pool(GRANITE, capsys, *GRANITE_ARGS)
+    assert low <= 580_266 <= high
 
 
 # --- Gemma 4 31B, transformers 5.14.1 ---------------------------------------------------
@@ -140,7 +119,7 @@ def test_gemma4_weights_are_the_planned_ones(capsys: pytest.CaptureFixture[str])
     assert seen.weights_bytes is not None  # "Model loading took 57.91 GiB"
     args = ("--hardware", "h100-80gb", "--max-model-len", "8192", "--max-num-seqs", "8")
     planned = plan(GEMMA4, capsys, *args, "--max-num-batched-tokens", "2048")
-    assert abs(weights_planned(planned) / seen.weights_bytes - 1) < 0.01
+    assert abs(planned_weights(planned) / seen.weights_bytes - 1) < 0.01
 
 
 def test_gemma4_stopped_on_flashattention_4_without_cutlass() -> None:

@@ -31,51 +31,47 @@ def _granite() -> ModelSpec:
     return model_from_config(json.loads((GRANITE_H200 / "config.json").read_text()), "gr", "t")
 
 
+# What each refusal must name: the error vLLM stops with, the thread, and both ways out.
+NAMES = {
+    "gemma4": (
+        "AmbiguousGlobalPerLayerAttributeError",
+        "vllm-project/vllm#51744",
+        "5.14.1",
+        "0.28.0",
+    ),
+    "granite": ("KeyError: 'linear_attention'", "vllm-project/vllm#47634", "5.12.1", "0.26.0"),
+}
+MODELS = {"gemma4": _gemma4, "granite": _granite}
+
+
 @pytest.mark.parametrize(
-    ("vllm", "transformers", "refused"),
+    ("model", "vllm", "transformers", "refused"),
     [
-        ("0.24.0", "5.17.0", True),
-        ("0.27.1", "5.15.0", True),
-        ("0.24.0", "5.14.1", False),  # the workaround vllm#51744 names
-        ("0.28.0", "5.17.0", False),  # vllm#49797 is in 0.28.0
-        ("0.32.0", "5.19.0", False),
-        ("0.24.0", None, False),  # no transformers here: the planner only warns
-        ("0.24.0", "not-a-version", False),
+        ("gemma4", "0.24.0", "5.17.0", True),
+        ("gemma4", "0.27.1", "5.15.0", True),
+        ("gemma4", "0.24.0", "5.14.1", False),  # the workaround vllm#51744 names
+        ("gemma4", "0.28.0", "5.17.0", False),  # vllm#49797 is in 0.28.0
+        ("gemma4", "0.32.0", "5.19.0", False),
+        ("gemma4", "0.24.0", None, False),  # no transformers here: the planner only warns
+        ("gemma4", "0.24.0", "not-a-version", False),
+        ("granite", "0.24.0", "5.17.0", True),  # the H200 start that stopped with KeyError
+        ("granite", "0.25.1", "5.13.0", True),  # the first transformers that renames
+        ("granite", "0.24.0", "5.12.1", False),  # the last that keeps "mamba" / "attention"
+        ("granite", "0.24.0", "5.10.0", False),
+        ("granite", "0.26.0", "5.17.0", False),  # 0.26.0 keys both names
+        ("granite", "0.32.0", "5.19.0", False),
+        ("granite", "0.24.0", None, False),
     ],
 )
-def test_gemma4_is_refused_only_where_the_pair_breaks(
-    vllm: str, transformers: str | None, refused: bool
+def test_a_model_is_refused_only_where_the_pair_breaks(
+    model: str, vllm: str, transformers: str | None, refused: bool
 ) -> None:
-    problem = refusal(_gemma4(), vllm, transformers)
+    problem = refusal(MODELS[model](), vllm, transformers)
     assert (problem is not None) is refused
     if problem:
         assert f"vLLM {vllm} with transformers {transformers}" in problem
-        assert "vllm-project/vllm#51744" in problem and "5.14.1" in problem
+        assert all(name in problem for name in NAMES[model]), problem
         assert "\n" not in problem
-
-
-@pytest.mark.parametrize(
-    ("vllm", "transformers", "refused"),
-    [
-        ("0.24.0", "5.17.0", True),  # the H200 start that stopped with KeyError
-        ("0.25.1", "5.13.0", True),  # the first transformers that renames
-        ("0.24.0", "5.12.1", False),  # the last that keeps "mamba" / "attention"
-        ("0.24.0", "5.10.0", False),
-        ("0.26.0", "5.17.0", False),  # 0.26.0 keys both names
-        ("0.32.0", "5.19.0", False),
-        ("0.24.0", None, False),
-    ],
-)
-def test_granite_4_h_is_refused_only_where_the_pair_breaks(
-    vllm: str, transformers: str | None, refused: bool
-) -> None:
-    problem = refusal(_granite(), vllm, transformers)
-    assert (problem is not None) is refused
-    if problem:
-        assert f"vLLM {vllm} with transformers {transformers}" in problem
-        assert "KeyError: 'linear_attention'" in problem
-        assert "vllm-project/vllm#47634" in problem and "5.12.1" in problem
-        assert "0.26.0" in problem and "\n" not in problem
 
 
 def test_the_granite_refusal_names_what_the_h200_start_stopped_on() -> None:

@@ -1,0 +1,52 @@
+"""Reading a GPU start recorded by `python -m entrypoint.gpu_check` (its folder holds
+vllm.log and report.json) and planning against it, for the GPU-fixture tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from budget.cli import main
+from entrypoint.logscan import Observed, observed_in
+
+GiB = 1024**3
+HALF_LOGGED_GIB = 0.005 * GiB  # gpu_worker.py prints the pool in GiB with two decimals
+
+
+def observed(run: Path) -> Observed:
+    return observed_in((run / "vllm.log").read_text().splitlines())
+
+
+def report(run: Path) -> dict[str, object]:
+    result: dict[str, object] = json.loads((run / "report.json").read_text())
+    return result
+
+
+def plan(run: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
+    """`python -m budget plan --json` on the run's folder for vLLM 0.24.0."""
+    argv = ["plan", "--model", str(run), "--vllm-version", "0.24.0", "--json", *extra]
+    assert main(argv) in (0, 1), capsys.readouterr().err
+    result: dict[str, object] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def planned_weights(planned: dict[str, object]) -> int:
+    components = planned["components"]
+    assert isinstance(components, dict)
+    return sum(v for k, v in components.items() if k.startswith("weights."))
+
+
+def tokens_around_the_logged_pool(
+    run: Path, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, int]:
+    """The planner's tokens at the pool vLLM logged, ± half its last printed digit."""
+    seen = observed(run)
+    assert seen.kv_cache_bytes is not None
+    low, high = (
+        plan(run, capsys, *args, "--kv-cache-memory-bytes", str(int(pool)))["kv_cache_tokens"]
+        for pool in (seen.kv_cache_bytes - HALF_LOGGED_GIB, seen.kv_cache_bytes + HALF_LOGGED_GIB)
+    )
+    assert isinstance(low, int) and isinstance(high, int)
+    return low, high
