@@ -205,7 +205,7 @@ def warnings_for(plan: Plan) -> list[str]:
                 "the next captured graph, padded: "
                 "each such step computes the padding tokens too (capture (K+1)×S exactly)"
             )
-    out.extend(known_breakage.warnings(plan.model, s.vllm.version))
+    out.extend(known_breakage.warnings(plan.model, s.vllm.version, s.hardware.sm))
     if plan.layout.padding_layers:
         out.append(
             f"{plan.layout.padding_layers} padding layer(s) in the KV groups waste "

@@ -13,7 +13,7 @@ import importlib.metadata
 import json
 import math
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from budget import known_breakage
@@ -223,18 +223,19 @@ def check_fits(plan: Plan, force: bool, console: Console) -> None:
         _unless_forced(problem, force, console, DoesNotFitError)
 
 
-def installed_transformers() -> str | None:
+def installed_version(package: str) -> str | None:
     try:
-        return importlib.metadata.version("transformers")
+        return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
 def check_known_breakage(
-    plan: Plan, force: bool, console: Console, transformers: str | None
+    plan: Plan, force: bool, console: Console, installed: Mapping[str, str | None]
 ) -> None:
-    """A start the installed vLLM and transformers are known to fail (budget/known_breakage.py)."""
-    problem = known_breakage.refusal(plan.model, plan.settings.vllm.version, transformers)
+    """A start the installed vLLM and packages are known to fail (budget/known_breakage.py)."""
+    s = plan.settings
+    problem = known_breakage.refusal(plan.model, s.vllm.version, s.hardware.sm, installed)
     if problem is not None:
         _unless_forced(problem, force, console, PreflightError)
 
@@ -434,7 +435,8 @@ def run_checks(config: EntrypointConfig, plan: Plan, machine: Machine, console: 
     if warning := check_draft_vocab(config, plan):
         console.say(warning)
     check_fits(plan, config.force, console)
-    check_known_breakage(plan, config.force, console, installed_transformers())
+    installed = {name: installed_version(name) for name in known_breakage.PACKAGES}
+    check_known_breakage(plan, config.force, console, installed)
     check_host_memory(
         plan,
         machine.host,

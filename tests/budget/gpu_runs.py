@@ -3,7 +3,10 @@ vllm.log and report.json) and planning against it, for the GPU-fixture tests."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -50,3 +53,23 @@ def tokens_around_the_logged_pool(
     )
     assert isinstance(low, int) and isinstance(high, int)
     return low, high
+
+
+SPLIT = re.compile(
+    r"torch peak memory increase: ([\d.]+)GiB; non-torch forward increase memory: ([\d.]+)GiB"
+)
+
+
+@dataclass(frozen=True)
+class Split:
+    """vLLM's debug split of its profiling run (gpu_worker.py, VLLM_LOGGING_LEVEL=DEBUG)."""
+
+    torch_peak_gib: float
+    non_torch_gib: float
+
+
+def profiling_split(debug_log_gz: Path) -> Split:
+    text = gzip.decompress(debug_log_gz.read_bytes()).decode()
+    found = SPLIT.findall(text)
+    assert len(found) == 1, debug_log_gz
+    return Split(float(found[0][0]), float(found[0][1]))

@@ -126,6 +126,6 @@ def test_the_entrypoint_refuses_what_failed_there() -> None:
     versions = dict(
         line.split("==") for line in (RUN / "pip-list.txt").read_text().splitlines() if "==" in line
     )
-    problem = refusal(model, versions["vllm"], versions["transformers"])
+    problem = refusal(model, versions["vllm"], "9.0", {"transformers": versions["transformers"]})
     assert problem is not None and "\n" not in problem
     assert re.search(r"vLLM 0\.24\.0 with transformers 5\.17\.0", problem)

@@ -6,10 +6,8 @@ Gemma 3 27B and Llama-3.1-8B at two chunk sizes."""
 
 from __future__ import annotations
 
-import gzip
 import json
-import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,9 +24,11 @@ from devtools.tiny_model import config_for
 from tests.budget.gpu_runs import (
     HALF_LOGGED_GIB,
     GiB,
+    Split,
     observed,
     plan,
     planned_weights,
+    profiling_split,
     report,
     tokens_around_the_logged_pool,
 )
@@ -64,9 +64,9 @@ def test_granite_served_with_a_transformers_before_the_rename() -> None:
     text = (GRANITE / "vllm.log").read_text()
     assert "KeyError" not in text and "GPU KV cache size: 580,266 tokens" in text
     model = load_model_dir(GRANITE, read_weights=False).spec
-    assert refusal(model, "0.24.0", "5.10.0") is None
+    assert refusal(model, "0.24.0", "9.0", {"transformers": "5.10.0"}) is None
     entrypoint = (GRANITE / "entrypoint.log").read_text()
-    assert any(w in entrypoint for w in warnings(model, "0.24.0"))
+    assert any(w in entrypoint for w in warnings(model, "0.24.0", "9.0"))
 
 
 def test_granite_plan_is_within_two_percent_of_the_pool_and_one_of_the_weights(
@@ -111,7 +111,7 @@ def test_gemma4_got_past_the_config_with_the_named_transformers() -> None:
     assert "AmbiguousGlobalPerLayerAttributeError" not in text
     assert "Initial profiling/warmup run took" in text
     model = load_model_dir(GEMMA4, read_weights=False).spec
-    assert refusal(model, "0.24.0", "5.14.1") is None
+    assert refusal(model, "0.24.0", "9.0", {"transformers": "5.14.1"}) is None
 
 
 def test_gemma4_weights_are_the_planned_ones(capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,22 +137,9 @@ def test_gemma4_stopped_on_flashattention_4_without_cutlass() -> None:
 
 # --- The profiling run's memory, split (VLLM_LOGGING_LEVEL=DEBUG) ----------------------
 
-SPLIT = re.compile(
-    r"torch peak memory increase: ([\d.]+)GiB; non-torch forward increase memory: ([\d.]+)GiB"
-)
-
-
-@dataclass(frozen=True)
-class Split:
-    torch_peak_gib: float
-    non_torch_gib: float
-
 
 def split(name: str) -> Split:
-    text = gzip.decompress((RUN / "profiling" / f"{name}.debug.log.gz").read_bytes()).decode()
-    found = SPLIT.findall(text)
-    assert len(found) == 1, name
-    return Split(float(found[0][0]), float(found[0][1]))
+    return profiling_split(RUN / "profiling" / f"{name}.debug.log.gz")
 
 
 def argv(name: str) -> list[str]:

@@ -14,6 +14,7 @@ from entrypoint.preflight import (
     check_known_breakage,
     check_model_dir,
     check_weights,
+    installed_version,
     vllm_request_bytes,
 )
 from entrypoint.vllm_flags import flag_name, unknown_flags
@@ -131,13 +132,35 @@ def test_port_in_time_wait_after_a_dead_server_is_free() -> None:
     check_port_free("127.0.0.1", port, "SPARKSERVE_PORT")
 
 
+NEW_TRANSFORMERS = {"transformers": "5.17.0", "quack-kernels": "0.3.9"}
+WORKING = {"transformers": "5.14.1", "quack-kernels": "0.3.9"}
+
+
 def test_gemma4_on_a_vllm_that_cannot_start_it_is_refused_unless_forced(console):
     """vLLM 0.24 + transformers 5.17 fail on Gemma 4's config (tests/budget/fixtures/
     gpu_h100_gemma/): refused before launch, or a warning under SPARKSERVE_FORCE=on."""
     plan = build_plan(PlanOptions(model="gemma-4-31b-it", vllm_version="0.24.0"))
     with pytest.raises(PreflightError, match="transformers 5.17.0") as err:
-        check_known_breakage(plan, force=False, console=console, transformers="5.17.0")
+        check_known_breakage(plan, force=False, console=console, installed=NEW_TRANSFORMERS)
     assert "vllm-project/vllm#51744" in str(err.value)
-    check_known_breakage(plan, force=False, console=console, transformers="5.14.1")
-    check_known_breakage(plan, force=True, console=console, transformers="5.17.0")
+    check_known_breakage(plan, force=False, console=console, installed=WORKING)
+    check_known_breakage(plan, force=True, console=console, installed=NEW_TRANSFORMERS)
     assert "starting anyway" in console.out.getvalue()
+
+
+def test_gemma4_with_a_quack_that_fails_on_import_is_refused(console):
+    """quack-kernels 0.3.11 failed `import quack` beside nvidia-cutlass-dsl 4.5.2 on the H200
+    (tests/budget/fixtures/gpu_h200_gemma/), and FlashAttention 4 imports it for Gemma 4
+    there; a DGX Spark runs Gemma 4 on TRITON_ATTN and is let through."""
+    spark = build_plan(PlanOptions(model="gemma-4-31b-it", vllm_version="0.24.0"))
+    bad = {**WORKING, "quack-kernels": "0.3.11"}
+    check_known_breakage(spark, force=False, console=console, installed=bad)
+    plan = build_plan(PlanOptions(model="gemma-4-31b-it", vllm_version="0.24.0", hardware="h200"))
+    with pytest.raises(PreflightError, match="quack-kernels 0.3.11") as err:
+        check_known_breakage(plan, force=False, console=console, installed=bad)
+    assert "vllm-project/vllm#47570" in str(err.value) and "0.3.9" in str(err.value)
+
+
+def test_installed_versions_come_from_the_installed_distributions():
+    assert installed_version("pytest") == pytest.__version__
+    assert installed_version("no-such-distribution-here") is None
