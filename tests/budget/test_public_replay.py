@@ -3,7 +3,8 @@ vLLM that wrote them: each fixture names its source, vLLM version, GPU, argument
 the model's config.  The planner's layout must give the logged block size and padding
 lines, and one whole number of blocks inside the logged pool (2-decimal GiB) must give
 exactly the logged token count and concurrency (the token count alone where a fixture's
-`missing` header says the concurrency line was not posted whole)."""
+`missing` header says the concurrency line was not posted whole).  Where a log holds every
+rank's lines (TP 8), each rank's pair is made from its own pool."""
 
 from __future__ import annotations
 
@@ -113,14 +114,42 @@ def family(fixture: Fixture) -> str:
     return kind.removesuffix("_text").removesuffix("_moe")
 
 
-def test_public_fixtures_cover_three_releases_two_hybrid_families_and_tp_1_2_4() -> None:
-    """At least three vLLM versions, both hybrid model families, and TP 1, 2 and 4 (no
-    public TP 8 log was found: docs/kv-arithmetic.md, "Proof by replay")."""
+def test_public_fixtures_cover_three_releases_two_hybrid_families_and_tp_1_2_4_8() -> None:
+    """At least three vLLM versions, both hybrid model families, and TP 1, 2, 4 and 8."""
     fixtures = [load(path) for path in FIXTURE_PATHS]
     versions = {fixture.header["vllm"] for fixture in fixtures}
     assert len(versions) >= 3, versions
-    assert {family(fixture) for fixture in fixtures} == {"qwen3_5", "qwen3_next"}
-    assert {fixture.args["tp"] for fixture in fixtures} >= {1, 2, 4}
+    assert {family(fixture) for fixture in fixtures} >= {"qwen3_5", "qwen3_next"}
+    assert {fixture.args["tp"] for fixture in fixtures} >= {1, 2, 4, 8}
+
+
+TP8 = FIXTURES / "ai-platform_qwen3-235b-a22b-fp8_v0.10.2_tp8.log"
+RANK_POOL = re.compile(r"\(Worker_TP(\d+)_EP\d+ .*Available KV cache memory: ([\d.]+) GiB")
+RANK_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+RANK_CONCURRENCY = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
+
+
+def test_each_rank_of_the_tp8_log_from_its_own_pool() -> None:
+    """vLLM 0.10.2 logs all eight ranks: each rank's pair (tokens, concurrency) comes from
+    a whole number of its own pool's blocks, with one replicated KV head a rank."""
+    fixture = load(TP8)
+    layout = layout_for(fixture)
+    assert layout.bytes_per_block == 16 * 94 * 2 * 128 * 2  # block 16, one head a rank
+    pools = {int(m[1]): float(m[2]) for m in RANK_POOL.finditer(fixture.log)}
+    tokens = [int(m[1].replace(",", "")) for m in RANK_TOKENS.finditer(fixture.log)]
+    concurrency = RANK_CONCURRENCY.findall(fixture.log)
+    assert sorted(pools) == list(range(8)) and len(tokens) == len(concurrency) == 8
+    for rank, pool_gib in pools.items():
+        low = int((pool_gib * GiB - HALF_LOGGED_GIB) // layout.bytes_per_block)
+        high = int((pool_gib * GiB + HALF_LOGGED_GIB) // layout.bytes_per_block)
+        made = [
+            kv_capacity(layout, n * layout.bytes_per_block, fixture.args["max_model_len"])
+            for n in range(low, high + 1)
+        ]
+        assert any(
+            c.kv_cache_tokens == tokens[rank] and f"{c.max_concurrency:.2f}" == concurrency[rank]
+            for c in made
+        ), (rank, pool_gib, tokens[rank])
 
 
 @pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: p.stem)
