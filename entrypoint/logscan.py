@@ -6,7 +6,9 @@ per request: X.XXx` (CPU prefix on CPU; two lines on vLLM 0.24), `Available KV c
 memory: X GiB`, `Model loading took X GiB`, `Loading weights took X seconds`,
 `Initializing model took X seconds`, `Graph capturing finished in N secs, took X GiB`,
 `Estimated CUDA graph memory: X GiB total` (and whether vLLM says it subtracted it),
-`init engine (…) took X s`, `Starting vLLM server on …`.
+`init engine (…) took X s`, `Starting vLLM server on …`, and whether torch.compile ran
+(`Compiling a graph for compile range …`) or loaded its graphs from the compile cache
+(`Directly load the compiled graph(s) …`; compilation/backends.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ SERVER_UP = re.compile(r"Starting vLLM (?:API )?server on (\S+)")
 # platforms/interface.py _align_hybrid_block_size; kv_cache_utils.py grouping.
 BLOCK_SIZE = re.compile(r"Setting attention block size to (\d+) tokens")
 PADDING_LAYERS = re.compile(r"Add (\d+) padding layers")
+COMPILED = re.compile(r"Compiling a graph for compile range")
+CACHE_LOADED = re.compile(r"Directly load the compiled graph\(s\)")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,9 @@ class Observed:
     graph_capture_seconds: float | None = None
     block_size: int | None = None  # hybrids: the raised attention block
     padding_layers: int | None = None  # "Add N padding layers" (logged per rank)
+    # "compiled" where torch.compile ran (a cold start: the plan sizes it), "loaded" where
+    # every graph came from the compile cache (a warm start leaves more for KV).
+    compile_cache: str | None = None
 
 
 def _gib_bytes(text: str) -> int:
@@ -112,6 +119,12 @@ class LogWatcher:
                 graph_capture_seconds=float(match[1]), cudagraph_bytes=_gib_bytes(match[2])
             )
             phases.append(f"CUDA graphs captured in {match[1]} s ({match[2]} GiB)")
+        if COMPILED.search(line):
+            self._update(compile_cache="compiled")
+            phases.append("torch.compile ran (graphs not in the compile cache)")
+        if CACHE_LOADED.search(line) and self.snapshot().compile_cache is None:
+            self._update(compile_cache="loaded")
+            phases.append("compiled graphs loaded from the compile cache")
         if match := ENGINE_INIT.search(line):
             phases.append(f"engine initialised in {match[1]} s")
         if match := SERVER_UP.search(line):

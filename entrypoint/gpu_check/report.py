@@ -113,6 +113,15 @@ def _graph_rows(hits: dict[str, Any] | None) -> list[str]:
     return rows
 
 
+COMPILE_CACHE = {
+    "compiled": "cold: vLLM compiled its graphs (the start the plan sizes)",
+    "loaded": (
+        "warm: vLLM loaded its compiled graphs, which leaves more for KV than a cold start "
+        '(docs/kv-arithmetic.md, "The plan sizes a cold start")'
+    ),
+}
+
+
 def _header(outcome: Outcome) -> list[str]:
     plan = outcome.plan
     verdict = "PASS" if outcome.passed else "FAIL"
@@ -125,6 +134,7 @@ def _header(outcome: Outcome) -> list[str]:
         f"- machine: {outcome.machine}",
         f"- {outcome.vllm}",
         f"- start: {reached}{code}",
+        f"- compile cache: {COMPILE_CACHE.get(outcome.observed.compile_cache or '', 'not logged')}",
         f"- command: `{outcome.command}`",
     ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,10 @@ def test_report_of_a_recorded_entrypoint_start(tmp_path: Path) -> None:
     # docs/gpu-entrypoint.md, section 2: the cold start with the step, 143 / 123 ms (1.16×)
     assert "| decode_x4 | 143.2 ms | 123." in text and "| 1.16x |" in text
     assert "vLLM reported no CUDA-graph stats" in text  # that start ran without the flag
+    assert "- compile cache: cold: vLLM compiled its graphs" in text  # an empty cache
+    warm = render(replace(outcome, observed=replace(seen, compile_cache="loaded")))
+    assert "- compile cache: warm: vLLM loaded its compiled graphs" in warm
+    assert "not logged" in render(replace(outcome, observed=replace(seen, compile_cache=None)))
     data = json.loads(to_json(outcome))
     assert data["passed"] and data["state"] == "ready"
     assert {f["name"] for f in data["figures"]} >= {"KV pool", "KV cache tokens"}

@@ -66,3 +66,29 @@ def test_model_initialised_and_weights_read():
     assert watcher.feed("[default_loader.py:502] Loading weights took 12.30 seconds") == [
         "weights read in 12.30 s"
     ]
+
+
+COMPILED_LINE = (
+    "(EngineCore pid=1) INFO [backends.py:399] Compiling a graph for compile range "
+    "(1, 8192) takes 25.10 s"
+)
+LOADED_LINE = (
+    "(EngineCore pid=1) INFO [backends.py:296] Directly load the compiled graph(s) for "
+    "compile range (1, 8192) from the cache, took 3.546 s"
+)
+
+
+def test_a_cold_and_a_warm_compile_cache():
+    """compilation/backends.py logs one line or the other per compile range; a start that
+    loaded the model's graphs but compiled its drafter's is not warm."""
+    cold, warm, mixed = LogWatcher(), LogWatcher(), LogWatcher()
+    assert cold.feed(COMPILED_LINE) == ["torch.compile ran (graphs not in the compile cache)"]
+    assert warm.feed(LOADED_LINE) == ["compiled graphs loaded from the compile cache"]
+    mixed.feed(LOADED_LINE)
+    mixed.feed(COMPILED_LINE)
+    assert [w.snapshot().compile_cache for w in (cold, warm, mixed)] == [
+        "compiled",
+        "loaded",
+        "compiled",
+    ]
+    assert LogWatcher().snapshot().compile_cache is None
