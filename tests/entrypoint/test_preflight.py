@@ -152,7 +152,9 @@ def test_gemma4_with_a_quack_that_fails_on_import_is_refused(console):
     """quack-kernels 0.3.11 failed `import quack` beside nvidia-cutlass-dsl 4.5.2 on the H200
     (tests/budget/fixtures/gpu_h200_gemma/), and FlashAttention 4 imports it for Gemma 4
     there; a DGX Spark runs Gemma 4 on TRITON_ATTN and is let through."""
-    spark = build_plan(PlanOptions(model="gemma-4-31b-it", vllm_version="0.24.0"))
+    spark = build_plan(
+        PlanOptions(model="gemma-4-31b-it", vllm_version="0.24.0", hardware="dgx-spark")
+    )
     bad = {**WORKING, "quack-kernels": "0.3.11"}
     check_known_breakage(spark, force=False, console=console, installed=bad)
     plan = build_plan(PlanOptions(model="gemma-4-31b-it", vllm_version="0.24.0", hardware="h200"))
