@@ -17,7 +17,7 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from budget.units import GiB
 
@@ -41,6 +41,9 @@ COMPILED = re.compile(r"Compiling a graph for compile range")
 CACHE_LOADED = re.compile(r"Directly load the compiled graph\(s\)")
 
 
+CompileCache = Literal["compiled", "loaded"]
+
+
 @dataclass(frozen=True)
 class Observed:
     """What vLLM logged; None until (unless) the line appears."""
@@ -58,7 +61,7 @@ class Observed:
     padding_layers: int | None = None  # "Add N padding layers" (logged per rank)
     # "compiled" where torch.compile ran (a cold start: the plan sizes it), "loaded" where
     # every graph came from the compile cache (a warm start leaves more for KV).
-    compile_cache: str | None = None
+    compile_cache: CompileCache | None = None
 
 
 def _gib_bytes(text: str) -> int:

@@ -11,7 +11,7 @@ from budget.plan import Plan
 from budget.plan_dict import plan_dict
 from entrypoint.gpu_check import first_request
 from entrypoint.gpu_check.compare import Figure, all_within, difference, shown
-from entrypoint.logscan import Observed
+from entrypoint.logscan import CompileCache, Observed
 
 FIRST_REQUEST_TARGET = 1.2  # first ≤ 1.2× steady with warm-up on (docs/gpu-entrypoint.md)
 READY = "ready"
@@ -113,7 +113,8 @@ def _graph_rows(hits: dict[str, Any] | None) -> list[str]:
     return rows
 
 
-COMPILE_CACHE = {
+COMPILE_CACHE: dict[CompileCache | None, str] = {
+    None: "not logged",
     "compiled": "cold: vLLM compiled its graphs (the start the plan sizes)",
     "loaded": (
         "warm: vLLM loaded its compiled graphs, which leaves more for KV than a cold start "
@@ -134,7 +135,7 @@ def _header(outcome: Outcome) -> list[str]:
         f"- machine: {outcome.machine}",
         f"- {outcome.vllm}",
         f"- start: {reached}{code}",
-        f"- compile cache: {COMPILE_CACHE.get(outcome.observed.compile_cache or '', 'not logged')}",
+        f"- compile cache: {COMPILE_CACHE[outcome.observed.compile_cache]}",
         f"- command: `{outcome.command}`",
     ]
 

@@ -68,8 +68,19 @@ class Split:
     non_torch_gib: float
 
 
+def debug_log(debug_log_gz: Path) -> str:
+    """A whole gzipped debug log, as vLLM wrote it."""
+    return gzip.decompress(debug_log_gz.read_bytes()).decode()
+
+
+def debug_kv_pool(debug_log_gz: Path) -> int:
+    """The KV pool a gzipped debug log reports, in bytes."""
+    seen = observed_in(debug_log(debug_log_gz).splitlines())
+    assert seen.kv_cache_bytes is not None
+    return seen.kv_cache_bytes
+
+
 def profiling_split(debug_log_gz: Path) -> Split:
-    text = gzip.decompress(debug_log_gz.read_bytes()).decode()
-    found = SPLIT.findall(text)
+    found = SPLIT.findall(debug_log(debug_log_gz))
     assert len(found) == 1, debug_log_gz
     return Split(float(found[0][0]), float(found[0][1]))

@@ -5,7 +5,6 @@ check, each started with an empty compile cache (cold) and again with the cache 
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -14,10 +13,10 @@ import pytest
 from budget.components import SAMPLER_COPIES, activation_bytes_per_token
 from budget.known_breakage import refusal
 from budget.profiles import load_model, load_model_dir
-from entrypoint.logscan import observed_in
 from tests.budget.gpu_runs import (
     HALF_LOGGED_GIB,
     GiB,
+    debug_kv_pool,
     observed,
     plan,
     planned_weights,
@@ -39,12 +38,6 @@ STARTS = [f"{model}-{cache}" for model in ARGS for cache in ("cold", "warm")]
 
 def model_of(start: str) -> str:
     return start.rsplit("-", 1)[0]
-
-
-def debug_pool(debug_log_gz: Path) -> int:
-    seen = observed_in(gzip.decompress(debug_log_gz.read_bytes()).decode().splitlines())
-    assert seen.kv_cache_bytes is not None
-    return seen.kv_cache_bytes
 
 
 def kv_bytes(start: str) -> int:
@@ -168,7 +161,7 @@ def test_a_warm_compile_cache_drops_most_of_the_fixed_peak() -> None:
     assert abs((cold.torch_peak_gib * GiB - buffers) / matrix - 1) < 0.02
     assert (warm.torch_peak_gib * GiB - buffers) < 0.25 * matrix
     cold_pool, warm_pool = (
-        debug_pool(RUN / "profiling" / f"{n}.debug.log.gz") for n in ("l8_cold", "l8_warm")
+        debug_kv_pool(RUN / "profiling" / f"{n}.debug.log.gz") for n in ("l8_cold", "l8_warm")
     )
     lost = (cold.torch_peak_gib - warm.torch_peak_gib) * GiB
     assert abs((warm_pool - cold_pool) - lost) <= 2 * HALF_LOGGED_GIB
