@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.core.errors import MemoryLow, Overloaded
 
@@ -26,6 +27,15 @@ class AdmissionLimits:
     queue_size: int
     queue_timeout_seconds: float
     retry_after_seconds: int
+
+
+class Slots(Protocol):
+    """What a forwarded request takes and gives back: an `Admission`, or one held by the
+    standalone gateway's parent process for its workers (gateway/standalone/workers.py)."""
+
+    async def acquire(self, key: str) -> float: ...
+
+    def release(self, key: str) -> None: ...
 
 
 class Admission:

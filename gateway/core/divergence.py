@@ -87,7 +87,9 @@ class DivergenceTracker:
         return len(self._sessions)
 
     def observe(self, key: str, body: Mapping[str, Any]) -> str | None:
-        current = split_segments(body)
+        return self.observe_segments(key, split_segments(body))
+
+    def observe_segments(self, key: str, current: Segments) -> str | None:
         previous = self._sessions.pop(key, None)
         self._sessions[key] = current
         if len(self._sessions) > self._max_sessions:

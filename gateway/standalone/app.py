@@ -9,6 +9,7 @@ from the environment.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.core.admission import Slots
 from gateway.core.control import ControlPoll
 from gateway.core.errors import (
     ConfigError,
@@ -49,13 +51,15 @@ from gateway.standalone.upstream import (
     make_upstream,
     make_upstream_client,
 )
+from gateway.standalone.workers import Link, SharedAdmission, SharedDivergence, SharedReplicaCounts
 
-__all__ = ["JSON_ROUTES", "create_app"]
+__all__ = ["JSON_ROUTES", "create_app", "settings_from_env"]
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _settings_from_env() -> GatewaySettings:
+def settings_from_env() -> GatewaySettings:
+    """The settings from the environment; bad ones print one line and exit 2."""
     try:
         return load_settings()
     except ConfigError as exc:
@@ -69,9 +73,12 @@ def _lifespan(
     settings: GatewaySettings,
     models: ModelRoutes,
     polls: dict[str, list[ControlPoll]],
+    link: Link | None,
 ) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if link is not None:
+            await link.connect()
         async with anyio.create_task_group() as group:
             period = settings.health_interval_seconds
             for model in models.models:
@@ -82,6 +89,8 @@ def _lifespan(
                 group.start_soon(poll_forever, poll, client, url, settings.thermal_poll_seconds)
             yield
             group.cancel_scope.cancel()
+        if link is not None:
+            await link.close()
         await upstream_client.aclose()
         await client.aclose()
 
@@ -105,26 +114,32 @@ def create_app(
     transport: httpx.AsyncBaseTransport | None = None,
     upstream_client: UpstreamClient | None = None,
     registry: CollectorRegistry | None = None,
+    link_path: str | None = None,
 ) -> FastAPI:
     """Build the gateway; raises `ConfigError` on unusable settings.
 
     `upstream_client`: the data plane to vLLM (default aiohttp's, from the settings);
     `transport`: under the control plane's httpx client (probes, health checks, the
-    control poll)."""
+    control poll); `link_path`: the parent's socket when this app is one of several
+    workers (gateway/standalone/workers.py): admission, replica counts, session memory,
+    the control poll and the whole /metrics are then the parent's."""
     if settings is None:
-        settings = _settings_from_env()
+        settings = settings_from_env()
     if registry is None:
         registry = CollectorRegistry()
         ProcessCollector(registry=registry)
     metrics = GatewayMetrics.create(registry)
     metrics.concurrency_limit.set(settings.max_concurrency)
     upstreams = settings.model_upstreams()
+    link = Link(link_path, registry) if link_path else None
     preparer = preparer_of(
         settings,
         metrics,
         affinity_needed=any(len(m.urls) > 1 for m in upstreams),
         headers_needed=True,
     )
+    if link is not None:
+        preparer = dataclasses.replace(preparer, divergence=SharedDivergence(link))
     client = make_client(settings, transport)
     if upstream_client is None:
         upstream_client = make_upstream_client(settings)
@@ -136,7 +151,7 @@ def create_app(
     )
     models: list[ModelDeps] = []
     polls: dict[str, list[ControlPoll]] = {}
-    for model in upstreams:
+    for index, model in enumerate(upstreams):
         replicas = ReplicaSet(
             model.urls,
             model.replica_names,
@@ -144,25 +159,25 @@ def create_app(
             routing=settings.routing,
             max_in_flight=settings.replica_max_in_flight,
             timeout_misses=settings.health_timeout_misses,
+            shared=SharedReplicaCounts(link, index) if link else None,
         )
         upstream = make_upstream(settings, upstream_client, replicas)
-        admission = admission_of(settings)
+        local = admission_of(settings)
+        admission: Slots = SharedAdmission(link, index) if link else local
         deps = ProxyDeps(upstream, admission, metrics, settings.retry_after_seconds)
         models.append(ModelDeps(model.name, deps, model.control_url))
-        if model.control_url:
+        if model.control_url and link is None:
             view = views.get(str(model.name), metrics)
-            polls.setdefault(model.control_url, []).append(
-                control_poll_of(settings, admission, view)
-            )
+            polls.setdefault(model.control_url, []).append(control_poll_of(settings, local, view))
     routes = ModelRoutes(models)
     app = FastAPI(
         title="sparkserve gateway",
         docs_url=None,
         redoc_url=None,
-        lifespan=_lifespan(client, upstream_client, settings, routes, polls),
+        lifespan=_lifespan(client, upstream_client, settings, routes, polls, link),
     )
     _add_routes(app, preparer, routes, client)
-    Probes(settings, client, registry, routes).add_to(app)
+    Probes(settings, client, registry, routes, link.metrics_text if link else None).add_to(app)
     _add_error_handlers(app, metrics)
     app.add_middleware(HeaderLimits, metrics=metrics)
     app.add_middleware(RequestMetrics, metrics=metrics)

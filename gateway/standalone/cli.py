@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 
@@ -23,6 +24,7 @@ from gateway.core.errors import ConfigError
 from gateway.standalone.app import create_app
 from gateway.standalone.settings import load_settings
 from gateway.standalone.usage import usage
+from gateway.standalone.workers import serve as serve_workers
 
 EXIT_BAD_CONFIG = 2
 
@@ -66,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gateway: {exc.message}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    config = uvicorn.Config(
-        app,
+    # With workers, the app built above only proved the settings usable: each worker
+    # builds its own.
+    options: dict[str, Any] = dict(
         host=settings.host,
         port=settings.port,
         loop=_fastest("uvloop", "uvloop", "asyncio"),
@@ -84,7 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         # is on its way on it (uvicorn's 5 s equals httpx's: a reset now and then).
         timeout_keep_alive=settings.keepalive_seconds,
     )
-    GracefulServer(config).run()
+    if settings.workers > 1:
+        try:
+            serve_workers(settings, options)
+        except ConfigError as exc:
+            print(f"gateway: {exc.message}", file=sys.stderr)
+            return EXIT_BAD_CONFIG
+        return 0
+    GracefulServer(uvicorn.Config(app, **options)).run()
     return 0
 
 

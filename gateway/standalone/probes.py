@@ -11,6 +11,7 @@ is; the body says each model's state.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -31,10 +32,13 @@ class Probes:
         client: httpx.AsyncClient,
         registry: CollectorRegistry,
         models: ModelRoutes,
+        gathered: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
+        """`gathered`: the whole gateway's metrics, when this app is one of its workers."""
         self._client = client
         self._registry = registry
         self._models = models
+        self._gathered = gathered
 
     async def healthz(self) -> Response:
         return JSONResponse({"status": "ok"})
@@ -74,6 +78,8 @@ class Probes:
         return {"status": "unavailable", "replicas": replicas}, False
 
     async def metrics(self) -> Response:
+        if self._gathered is not None:
+            return Response(await self._gathered(), media_type=CONTENT_TYPE_LATEST)
         return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
 
     def add_to(self, app: FastAPI) -> None:

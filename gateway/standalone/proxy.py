@@ -18,7 +18,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.core.admission import Admission
+from gateway.core.admission import Slots
 from gateway.core.errors import GatewayError, Overloaded, UpstreamError, UpstreamUnavailable
 from gateway.core.forward import Forward, record_finish, usage_of
 from gateway.core.headers import response_headers
@@ -36,7 +36,7 @@ class ProxyDeps:
     """What every forwarded request shares (built once by `create_app`)."""
 
     upstream: Upstream
-    admission: Admission
+    admission: Slots
     metrics: GatewayMetrics
     retry_after_seconds: int
 
@@ -137,7 +137,7 @@ class ProxyResponse(Response):
             "No model server replica is configured.",
             retry_after_seconds=self.deps.retry_after_seconds,
         )
-        for replica in self.deps.upstream.replicas.candidates(self.forward.affinity):
+        for replica in await self.deps.upstream.replicas.order(self.forward.affinity):
             try:
                 await self._exchange_with(replica, send)
                 return

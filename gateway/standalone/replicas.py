@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Protocol
 
 import httpx
 
@@ -27,6 +28,17 @@ from gateway.core.routing import ReplicaState, Routing, candidates
 
 log = logging.getLogger("gateway.replicas")
 HEALTH_TIMEOUT_SECONDS = 5.0
+
+
+class SharedCounts(Protocol):
+    """In-flight counts and the replica order kept by the parent process for every
+    worker (gateway/standalone/workers.py `SharedReplicaCounts`)."""
+
+    async def order(self, key: bytes | None, healthy: list[bool]) -> list[int]: ...
+
+    def started(self, replica: int) -> None: ...
+
+    def finished(self, replica: int) -> None: ...
 
 
 class Replica:
@@ -48,6 +60,7 @@ class ReplicaSet:
         routing: Routing,
         max_in_flight: int,
         timeout_misses: int = 2,
+        shared: SharedCounts | None = None,
     ) -> None:
         if timeout_misses < 1:
             raise ValueError(f"timeout_misses must be at least 1, got {timeout_misses}")
@@ -57,6 +70,7 @@ class ReplicaSet:
         self._max_in_flight = max_in_flight
         self._timeout_misses = timeout_misses
         self._turn = 0
+        self._shared = shared
         for replica in self.replicas:
             metrics.upstream_healthy.labels(replica.name).set(1)
             metrics.upstream_in_flight.labels(replica.name).set(0)
@@ -71,12 +85,24 @@ class ReplicaSet:
         self._turn += 1
         return [self.replicas[i] for i in order]
 
+    async def order(self, key: bytes | None) -> list[Replica]:
+        """`candidates`, or with workers the order the parent gives from every worker's
+        in-flight counts."""
+        if self._shared is None or len(self.replicas) == 1:
+            return self.candidates(key)
+        order = await self._shared.order(key, [r.healthy for r in self.replicas])
+        return [self.replicas[i] for i in order]
+
     def started(self, replica: Replica) -> None:
         replica.in_flight += 1
         self._metrics.upstream_in_flight.labels(replica.name).inc()
+        if self._shared is not None and len(self.replicas) > 1:
+            self._shared.started(self.replicas.index(replica))
 
     def finished(self, replica: Replica, outcome: str) -> None:
         replica.in_flight -= 1
+        if self._shared is not None and len(self.replicas) > 1:
+            self._shared.finished(self.replicas.index(replica))
         self._metrics.upstream_in_flight.labels(replica.name).dec()
         self._metrics.upstream_requests.labels(replica.name, outcome).inc()
 

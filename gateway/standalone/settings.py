@@ -131,6 +131,13 @@ class GatewaySettings(CommonSettings):
     )
     host: str = Field("0.0.0.0", description="address to listen on")
     port: int = Field(8080, ge=1, le=65535, description="port to listen on")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="worker processes on the port; above 1 this process holds admission, "
+        "replica counts, session memory and /metrics for all of them",
+    )
     upstream_api_key: SecretStr | None = Field(None, description="key sent to vLLM (--api-key)")
     read_timeout_seconds: float = Field(600.0, gt=0, description="longest silence from vLLM")
     keepalive_seconds: int = Field(
