@@ -61,12 +61,18 @@ class Admission:
         self.active += 1
         self._per_key[key] = self._per_key.get(key, 0) + 1
 
+    def try_take(self, key: str) -> bool:
+        """Take a slot at once if `acquire` would, without waiting (False: call it)."""
+        if self.memory_low or not self._can_run(key):
+            return False
+        self._take(key)
+        return True
+
     async def acquire(self, key: str) -> float:
+        if self.try_take(key):
+            return 0.0
         if self.memory_low:
             raise self._memory_refusal()
-        if self._can_run(key):
-            self._take(key)
-            return 0.0
         if len(self._waiters) >= self._limits.queue_size:
             raise self._refuse("queue_full", "Too many requests are waiting; retry later.")
         started = time.monotonic()

@@ -10,6 +10,7 @@ from the environment.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -51,9 +52,15 @@ from gateway.standalone.upstream import (
     make_upstream,
     make_upstream_client,
 )
-from gateway.standalone.workers import Link, SharedAdmission, SharedDivergence, SharedReplicaCounts
+from gateway.standalone.workers import (
+    COORDINATOR_ENV,
+    Link,
+    SharedAdmission,
+    SharedDivergence,
+    SharedReplicaCounts,
+)
 
-__all__ = ["JSON_ROUTES", "create_app", "settings_from_env"]
+__all__ = ["JSON_ROUTES", "create_app", "settings_from_env", "worker_app"]
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -65,6 +72,18 @@ def settings_from_env() -> GatewaySettings:
     except ConfigError as exc:
         print(f"gateway: {exc.message}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def worker_app() -> FastAPI:
+    """One worker's app (`GATEWAY_WORKERS` above 1: uvicorn imports it in each worker
+    process that the parent, gateway/standalone/workers.py, starts)."""
+    path = os.environ.get(COORDINATOR_ENV)
+    if not path:
+        print(
+            f"gateway worker: {COORDINATOR_ENV} is unset; start python -m gateway", file=sys.stderr
+        )
+        raise SystemExit(2)
+    return create_app(settings_from_env(), link_path=path)
 
 
 def _lifespan(
@@ -121,7 +140,7 @@ def create_app(
     `upstream_client`: the data plane to vLLM (default aiohttp's, from the settings);
     `transport`: under the control plane's httpx client (probes, health checks, the
     control poll); `link_path`: the parent's socket when this app is one of several
-    workers (gateway/standalone/workers.py): admission, replica counts, session memory,
+    workers (gateway/standalone/workers.py): admission, replica counts, chat session memory,
     the control poll and the whole /metrics are then the parent's."""
     if settings is None:
         settings = settings_from_env()

@@ -136,7 +136,7 @@ class GatewaySettings(CommonSettings):
         ge=1,
         le=256,
         description="worker processes on the port; above 1 this process holds admission, "
-        "replica counts, session memory and /metrics for all of them",
+        "replica counts, chat session memory and /metrics for all of them",
     )
     upstream_api_key: SecretStr | None = Field(None, description="key sent to vLLM (--api-key)")
     read_timeout_seconds: float = Field(600.0, gt=0, description="longest silence from vLLM")

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import importlib.util
 import logging
 import math
 import os
@@ -43,7 +45,6 @@ from typing import Any
 import httpx
 import orjson
 import uvicorn
-from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -228,14 +229,19 @@ class Coordinator:
         for dump in worker.dumps.values():
             if not dump.done():
                 dump.cancel()
-        if worker.slots or worker.waits:
-            log.warning("a gateway worker left with %d slots held", sum(worker.slots.values()))
+        held = sum(worker.slots.values())
+        if held:
+            log.warning("a gateway worker left holding %d admission slots: given back", held)
 
     async def _handle(self, worker: _Worker, message: dict[str, Any]) -> None:
         op = message["op"]
         if op == "acquire":
-            ident = message["i"]
-            worker.waits[ident] = asyncio.create_task(self._acquire(worker, ident, message))
+            ident, model, key = message["i"], message["m"], message["k"]
+            if self.models[model].admission.try_take(key):  # the common case: no task
+                worker.slots[(model, key)] += 1
+                worker.send({"i": ident, "ok": 0.0})
+            else:
+                worker.waits[ident] = asyncio.create_task(self._acquire(worker, ident, message))
         elif op == "release":
             worker.slots[(message["m"], message["k"])] -= 1
             self.models[message["m"]].admission.release(message["k"])
@@ -473,14 +479,12 @@ class SharedDivergence(DivergenceTracker):
         return None
 
 
-def worker_app() -> FastAPI:
-    """The app of one worker (`uvicorn …:worker_app --factory`, started by the parent)."""
-    from gateway.standalone.app import create_app, settings_from_env
-
-    path = os.environ.get(COORDINATOR_ENV)
-    if not path:
-        raise SystemExit(f"gateway worker: {COORDINATOR_ENV} is unset; start python -m gateway")
-    return create_app(settings_from_env(), link_path=path)
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's when installed (as the workers' own), else asyncio's."""
+    if importlib.util.find_spec("uvloop") is None:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = importlib.import_module("uvloop").new_event_loop()
+    return loop
 
 
 def serve(settings: GatewaySettings, config: dict[str, Any]) -> None:
@@ -490,7 +494,7 @@ def serve(settings: GatewaySettings, config: dict[str, Any]) -> None:
         path = Path(tmp) / "coordinator.sock"
         coordinator = Coordinator(settings)
         started = threading.Event()
-        loop = asyncio.new_event_loop()
+        loop = _new_loop()
         task_box: list[asyncio.Task[None]] = []
 
         def run_parent() -> None:
@@ -505,7 +509,7 @@ def serve(settings: GatewaySettings, config: dict[str, Any]) -> None:
             raise SystemExit("gateway: the workers' coordinator did not start")
         os.environ[COORDINATOR_ENV] = str(path)
         uvicorn.run(
-            "gateway.standalone.workers:worker_app",
+            "gateway.standalone.app:worker_app",
             factory=True,
             workers=settings.workers,
             **config,
@@ -523,5 +527,4 @@ __all__ = [
     "SharedReplicaCounts",
     "merge_metrics",
     "serve",
-    "worker_app",
 ]

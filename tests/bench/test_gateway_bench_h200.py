@@ -3,36 +3,18 @@ with today's per-phase targets by `bench.gateway_bench`'s own verdict."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from bench.gateway_bench import parser, targets
+from tests.bench.bench_tables import table_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gateway_bench_h200"
-ROW = re.compile(
-    r"^\s*(\d+)\s+(standalone|embedded)\s+(standalone|embedded|direct)\s+"
-    r"([\d.]+)ms\s+([\d.]+)ms\s+([\d.]+)(.*)$"
-)
-RATIO = re.compile(r"([\d.]+) \[([\d.]+), ([\d.]+)\]")
 
 
 def _rows(name: str) -> dict[tuple[int, str, str], dict[str, object]]:
-    rows: dict[tuple[int, str, str], dict[str, object]] = {}
-    for line in (FIXTURE / name).read_text().splitlines():
-        found = ROW.match(line)
-        if not found:
-            continue
-        streams, phase, path, p50, _p99, _tps, rest = found.groups()
-        ratios = [tuple(float(x) for x in r) for r in RATIO.findall(rest)]
-        rows[(int(streams), phase, path)] = {
-            "ttft_p50_ms": float(p50),
-            "ratios": dict(zip(("ttft_p50", "ttft_p99", "tokens_per_s"), ratios, strict=True))
-            if ratios
-            else {},
-        }
-    return rows
+    return table_rows(FIXTURE / name)
 
 
 def test_the_tables_hold_every_path_at_every_level() -> None:

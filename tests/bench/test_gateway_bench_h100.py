@@ -1,0 +1,75 @@
+"""The gateway's overhead on an H100 (tests/bench/fixtures/gateway_bench_h100/): one
+gateway process against several workers, judged by `bench.gateway_bench`'s own verdicts
+with today's per-phase targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.gateway_bench import parser, targets
+from tests.bench.bench_tables import table_rows
+
+FIXTURE = Path(__file__).parent / "fixtures" / "gateway_bench_h100"
+ONE_PROCESS = ("a_one_process.txt", "b_one_process.txt", "c_one_process.txt")
+WORKERS = ("c_gateway_workers_8.txt", "d_gateway_workers_8.txt")
+
+
+def added_ms(name: str, phase: str = "standalone", streams: int = 32) -> float:
+    rows = table_rows(FIXTURE / name)
+    gateway, direct = rows[(streams, phase, phase)], rows[(streams, phase, "direct")]
+    return float(gateway["ttft_p50_ms"]) - float(direct["ttft_p50_ms"])
+
+
+def verdicts(name: str, phase: str = "standalone") -> dict[str, str]:
+    goal = targets(parser().parse_args([]), phase)
+    ratios = table_rows(FIXTURE / name)[(32, phase, phase)]["ratios"]
+    return {m: goal[m].verdict(low, high) for m, (_value, low, high) in ratios.items()}
+
+
+def test_every_run_holds_its_paths() -> None:
+    for name in (*ONE_PROCESS, *WORKERS, "b_uvicorn_workers_8.txt"):
+        rows = table_rows(FIXTURE / name)
+        assert {(32, "standalone", "direct"), (32, "standalone", "standalone")} <= set(rows), name
+    for name in ("a_one_process.txt", "c_gateway_workers_8.txt"):
+        assert (32, "embedded", "embedded") in table_rows(FIXTURE / name)
+    low = table_rows(FIXTURE / "d_gateway_workers_8_low.txt")
+    assert {k[0] for k in low} == {1, 8}
+
+
+@pytest.mark.parametrize("name", ONE_PROCESS)
+def test_one_process_misses_the_standalone_target_in_every_run(name: str) -> None:
+    assert verdicts(name)["ttft_p50"] == "missed"
+    assert verdicts(name)["tokens_per_s"] == "met"
+    assert 3.7 <= added_ms(name) <= 4.3
+
+
+def test_workers_that_share_nothing_add_least() -> None:
+    """The diagnosis: eight uvicorn workers, each with its own state, add 0.7 ms
+    where one process, right after on the same vLLM, adds 3.8 ms."""
+    assert added_ms("b_uvicorn_workers_8.txt") == pytest.approx(0.7, abs=0.05)
+    assert added_ms("b_one_process.txt") == pytest.approx(3.8, abs=0.05)
+
+
+@pytest.mark.parametrize("name", WORKERS)
+def test_gateway_workers_add_less_than_any_one_process_run(name: str) -> None:
+    assert verdicts(name)["ttft_p50"] == "undecided"  # neither met nor missed in 60 rounds
+    assert verdicts(name)["tokens_per_s"] == "met"
+    assert added_ms(name) < min(added_ms(one) for one in ONE_PROCESS)
+
+
+def test_side_by_side_eight_workers_beat_one_process() -> None:
+    """The same two vLLMs, the workers' bench then one process's."""
+    workers = table_rows(FIXTURE / "c_gateway_workers_8.txt")[(32, "standalone", "standalone")]
+    one = table_rows(FIXTURE / "c_one_process.txt")[(32, "standalone", "standalone")]
+    assert workers["ratios"]["ttft_p50"][0] == pytest.approx(1.030)
+    assert one["ratios"]["ttft_p50"][0] == pytest.approx(1.092)
+    assert added_ms("c_gateway_workers_8.txt") == pytest.approx(1.4, abs=0.05)
+
+
+@pytest.mark.parametrize("name", ["a_one_process.txt", "c_gateway_workers_8.txt"])
+def test_the_embedded_gateway_is_undecided_on_the_h100(name: str) -> None:
+    assert verdicts(name, "embedded")["ttft_p50"] == "undecided"
+    assert verdicts(name, "embedded")["tokens_per_s"] == "met"
+    assert 1.5 <= added_ms(name, "embedded") <= 2.0
