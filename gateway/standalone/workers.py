@@ -28,7 +28,6 @@ gives back its slots and in-flight counts when its connection to the parent clos
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import importlib.util
 import logging
@@ -89,7 +88,7 @@ class _Merged(Collector):
 def merge_metrics(parent: str, workers: Iterable[str]) -> bytes:
     """One exposition of the parent's and every worker's metrics: samples of the
     same name and labels summed, but for `PARENT_GAUGES` (the parent's),
-    `MIN_GAUGES` and `MAX_GAUGES`."""
+    `MIN_GAUGES`, `MAX_GAUGES` and `_created` timestamps (the earliest)."""
     families: dict[str, Metric] = {}
     values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[float]]] = {}
     sources = [(True, parent), *((False, text) for text in workers)]
@@ -110,7 +109,8 @@ def merge_metrics(parent: str, workers: Iterable[str]) -> bytes:
         elif name in MAX_GAUGES:
             combine = max
         for (sample_name, labels), seen in values[name].items():
-            family.add_sample(sample_name, dict(labels), combine(seen))
+            created = sample_name.endswith("_created")  # a timestamp: the earliest
+            family.add_sample(sample_name, dict(labels), min(seen) if created else combine(seen))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Merged(list(families.values())))
     return generate_latest(registry)
@@ -500,13 +500,24 @@ def serve(settings: GatewaySettings, config: dict[str, Any]) -> None:
         def run_parent() -> None:
             asyncio.set_event_loop(loop)
             task_box.append(loop.create_task(coordinator.serve(path, started)))
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 loop.run_until_complete(task_box[0])
+            except asyncio.CancelledError:
+                return  # stopped by serve() once the workers are down
+            except Exception as exc:  # a bug: the workers cannot go on without it
+                failed.append(f"{type(exc).__name__}: {exc}")
+            else:
+                failed.append("it stopped")
+            if started.is_set():
+                os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's supervisor stops the workers
+            started.set()
 
+        failed: list[str] = []
         thread = threading.Thread(target=run_parent, name="gateway-coordinator", daemon=True)
         thread.start()
-        if not started.wait(30):
-            raise SystemExit("gateway: the workers' coordinator did not start")
+        if not started.wait(30) or failed:
+            why = failed[0] if failed else "not within 30 s"
+            raise SystemExit(f"gateway: the workers' coordinator did not start ({why})")
         os.environ[COORDINATOR_ENV] = str(path)
         uvicorn.run(
             "gateway.standalone.app:worker_app",
@@ -514,6 +525,8 @@ def serve(settings: GatewaySettings, config: dict[str, Any]) -> None:
             workers=settings.workers,
             **config,
         )
+        if failed:
+            raise SystemExit(f"gateway: the workers' coordinator failed ({failed[0]})")
         loop.call_soon_threadsafe(task_box[0].cancel)
         thread.join(10)
 

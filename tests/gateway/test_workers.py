@@ -245,6 +245,11 @@ def test_metrics_are_the_whole_gateways() -> None:
     workers = [generate_latest(worker_registry(n, h, 256)).decode() for n, h in ((3, 1), (4, 0))]
     merged = samples(merge_metrics(parent_text, workers))
     assert merged[("gateway_requests_total", (("route", "/v1/x"),))] == 7
+    created = [
+        samples(text)[("gateway_requests_created", (("route", "/v1/x"),))]
+        for text in (parent_text, *workers)
+    ]
+    assert merged[("gateway_requests_created", (("route", "/v1/x"),))] == min(created)
     # Any worker that saw the replica fail; the limit the parent's control poll set.
     assert merged[("gateway_upstream_healthy", (("replica", "0"),))] == 0
     assert merged[("gateway_concurrency_limit", ())] == 128
@@ -288,6 +293,19 @@ def test_a_bad_worker_count_is_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "GATEWAY_WORKERS" in done.stderr
+
+
+def test_a_coordinator_that_cannot_listen_stops_the_gateway_in_one_line(tmp_path: Path) -> None:
+    long_tmp = tmp_path / ("t" * 120)  # a Unix socket path is at most 107 bytes
+    long_tmp.mkdir()
+    env = gateway_env("http://127.0.0.1:9", 9, tmp_path, GATEWAY_WORKERS="2")
+    env["TMPDIR"] = str(long_tmp)
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("gateway: the workers' coordinator did not start (OSError")
 
 
 def children(pid: int) -> list[int]:
