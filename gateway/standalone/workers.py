@@ -282,8 +282,9 @@ class Coordinator:
         except (Overloaded, MemoryLow) as exc:
             worker.send({"i": ident, **_refusal(exc)})
             return
-        except asyncio.CancelledError:
-            return  # the worker gave up the wait (its client left): Admission tidied up
+        except asyncio.CancelledError:  # the worker gave up the wait (its client left)
+            worker.send({"i": ident, "cancelled": True})  # Admission tidied up the queue
+            return
         finally:
             worker.waits.pop(ident, None)
         worker.slots[(model, key)] += 1
@@ -354,6 +355,8 @@ class Link:
         self._reader_task: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._next = 0
+        # Acquires given up before their answer came: a slot granted meanwhile goes back.
+        self._given_up: dict[int, dict[str, Any]] = {}
         self.on_gone: Callable[[], None] = _stop_this_worker
 
     async def connect(self) -> None:
@@ -381,6 +384,7 @@ class Link:
             return await future
         except asyncio.CancelledError:
             if message["op"] == "acquire":
+                self._given_up[ident] = message
                 self.send({"op": "cancel", "i": ident})
             raise
         finally:
@@ -397,7 +401,8 @@ class Link:
                 future = self._pending.get(message["i"])
                 if future is None or future.done():
                     self._late(message)
-                elif "err" in message:
+                    continue
+                if "err" in message:
                     future.set_result(message)
                 else:
                     future.set_result(message["ok"])
@@ -409,8 +414,11 @@ class Link:
         self.on_gone()
 
     def _late(self, message: dict[str, Any]) -> None:
-        """An answer nobody waits for: a slot granted as its wait was given up was
-        already given back by the parent on the `cancel`; nothing else to do."""
+        """The one answer to an acquire given up: a slot the parent granted before it
+        read the `cancel` is given back (a wait it ended answers `cancelled`)."""
+        asked = self._given_up.pop(message["i"], None)
+        if asked is not None and "ok" in message:
+            self.send({"op": "release", "m": asked["m"], "k": asked["k"]})
 
     async def metrics_text(self) -> bytes:
         return str(await self.call({"op": "metrics"})).encode()

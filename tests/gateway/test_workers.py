@@ -171,6 +171,29 @@ def test_a_wait_given_up_leaves_the_queue(make_settings: MakeSettings, tmp_path:
     run(main())
 
 
+def test_a_slot_granted_as_its_client_left_goes_back(
+    make_settings: MakeSettings, tmp_path: Path
+) -> None:
+    """The parent grants a free slot at once; a worker whose client left before that
+    answer came gives it back, so no slot leaks."""
+    settings = make_settings(max_concurrency=4)
+
+    async def main() -> None:
+        async with parent(settings, tmp_path) as held:
+            one, two = [SharedAdmission(await held.link(), 0) for _ in range(2)]
+            await one.acquire("alice")
+            admission = held.coordinator.models[0].admission
+            for _ in range(3):
+                gone = asyncio.create_task(two.acquire("bob"))
+                await asyncio.sleep(0)  # the acquire is on its way
+                gone.cancel()
+                await asyncio.sleep(0.01)
+            one.release("alice")
+            await settle(lambda: admission.active == 0)  # none of the three kept a slot
+
+    run(main())
+
+
 def test_the_replica_order_counts_every_workers_requests(
     make_settings: MakeSettings, tmp_path: Path
 ) -> None:
