@@ -413,7 +413,7 @@ async def _burst(url: str, count: int) -> list[int]:
     body = {
         "model": "tiny",
         "messages": [{"role": "user", "content": "count"}],
-        "max_tokens": 400,
+        "max_tokens": 1500,  # the one admitted stream outlasts the burst
         "ignore_eos": True,
         "stream": True,
     }
