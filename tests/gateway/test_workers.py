@@ -14,9 +14,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -80,8 +80,8 @@ async def settle(check: Callable[[], bool]) -> None:
     raise AssertionError("the parent never got there")
 
 
-def run(coro: object) -> None:
-    asyncio.run(coro)  # type: ignore[arg-type]
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
 
 
 def test_a_key_limit_holds_across_workers_in_queue_order(
