@@ -1,7 +1,6 @@
 """The memory watchdog under real pressure, in the shared CPU stack's vLLM container
 (compose.cpu.yaml gives it a memory limit; tests/docker/stack.py TUNING a 1 GiB floor, a
-4 s hold, an 8 s drain and a 1 s control poll for the gateway: the drain is the window in
-which the gateway answers 503 memory_low, wide enough for a loaded 2-core machine).
+4 s hold, a 4 s drain and a 1 s control poll for the gateway).
 
 A process `docker exec`ed into the container takes memory in 64 MiB chunks, each
 written so that the kernel charges it to the container's cgroup. Held 512 MiB above the
