@@ -25,7 +25,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.core.admission import Slots
-from gateway.core.control import ControlPoll
 from gateway.core.errors import (
     ConfigError,
     GatewayError,
@@ -37,10 +36,10 @@ from gateway.core.errors import (
 from gateway.core.metrics import GatewayMetrics
 from gateway.core.prepare import Incoming, Preparer
 from gateway.core.routes import JSON_ROUTES
-from gateway.edge.build import admission_of, control_poll_of, preparer_of
+from gateway.edge.build import admission_of, preparer_of
 from gateway.edge.control_poll import Applies, poll_forever
 from gateway.standalone.middleware import HeaderLimits, RequestMetrics
-from gateway.standalone.models import ModelDeps, ModelRoutes, model_metrics
+from gateway.standalone.models import ModelDeps, ModelRoutes, control_polls
 from gateway.standalone.openapi import json_route, plain_route
 from gateway.standalone.probes import Probes
 from gateway.standalone.proxy import ProxyDeps, ProxyResponse
@@ -91,7 +90,7 @@ def _lifespan(
     upstream_client: UpstreamClient,
     settings: GatewaySettings,
     models: ModelRoutes,
-    polls: dict[str, list[ControlPoll]],
+    polls: dict[str, Applies],
     link: Link | None,
 ) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
@@ -102,9 +101,8 @@ def _lifespan(
             period = settings.health_interval_seconds
             for model in models.models:
                 group.start_soon(model.deps.upstream.replicas.watch_forever, client, period)
-            for control_url, applied in polls.items():
+            for control_url, poll in polls.items():
                 url = control_url + "/metrics"
-                poll: Applies = applied[0] if len(applied) == 1 else ControlPolls(applied)
                 group.start_soon(poll_forever, poll, client, url, settings.thermal_poll_seconds)
             yield
             group.cancel_scope.cancel()
@@ -114,17 +112,6 @@ def _lifespan(
         await client.aclose()
 
     return lifespan
-
-
-class ControlPolls:
-    """One control endpoint's reading applied to every model that uses it."""
-
-    def __init__(self, polls: list[ControlPoll]) -> None:
-        self.polls = polls
-
-    def apply(self, metrics_text: str) -> None:
-        for poll in self.polls:
-            poll.apply(metrics_text)
 
 
 def create_app(
@@ -162,14 +149,9 @@ def create_app(
     client = make_client(settings, transport)
     if upstream_client is None:
         upstream_client = make_upstream_client(settings)
-    several = upstreams[0].name is not None
-    views = (
-        model_metrics(metrics, [str(m.name) for m in upstreams], settings.max_concurrency)
-        if several
-        else {}
-    )
+    # With workers, admission and the control poll are the parent's.
+    local = [admission_of(settings) for _ in upstreams] if link is None else []
     models: list[ModelDeps] = []
-    polls: dict[str, list[ControlPoll]] = {}
     for index, model in enumerate(upstreams):
         replicas = ReplicaSet(
             model.urls,
@@ -181,13 +163,10 @@ def create_app(
             shared=SharedReplicaCounts(link, index) if link else None,
         )
         upstream = make_upstream(settings, upstream_client, replicas)
-        local = admission_of(settings)
-        admission: Slots = SharedAdmission(link, index) if link else local
+        admission: Slots = SharedAdmission(link, index) if link else local[index]
         deps = ProxyDeps(upstream, admission, metrics, settings.retry_after_seconds)
         models.append(ModelDeps(model.name, deps, model.control_url))
-        if model.control_url and link is None:
-            view = views.get(str(model.name), metrics)
-            polls.setdefault(model.control_url, []).append(control_poll_of(settings, local, view))
+    polls = control_polls(settings, metrics, upstreams, local) if link is None else {}
     routes = ModelRoutes(models)
     app = FastAPI(
         title="sparkserve gateway",

@@ -14,19 +14,24 @@ while any model's entrypoint refuses work.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 from starlette.responses import JSONResponse, Response
 
+from gateway.core.admission import Admission
+from gateway.core.control import ControlPoll
 from gateway.core.errors import ModelNotFound
 from gateway.core.forward import Forward
 from gateway.core.metrics import GatewayMetrics, SettableGauge
 from gateway.core.models import choose
 from gateway.core.tenancy import Principal
+from gateway.edge.build import control_poll_of
+from gateway.edge.control_poll import Applies
 from gateway.standalone.proxy import ProxyDeps
+from gateway.standalone.settings import GatewaySettings, ModelUpstream
 
 MODELS_TIMEOUT_SECONDS = 5.0
 OWNED_BY = "sparkserve"
@@ -77,6 +82,40 @@ def model_metrics(
         )
         for name in names
     }
+
+
+class ControlPolls:
+    """One control endpoint's reading applied to every model that uses it."""
+
+    def __init__(self, polls: list[ControlPoll]) -> None:
+        self.polls = polls
+
+    def apply(self, metrics_text: str) -> None:
+        for poll in self.polls:
+            poll.apply(metrics_text)
+
+
+def control_polls(
+    settings: GatewaySettings,
+    metrics: GatewayMetrics,
+    upstreams: Sequence[ModelUpstream],
+    admissions: Sequence[Admission],
+) -> dict[str, Applies]:
+    """Each control endpoint and what its reading drives: the thermal guard and memory
+    gate of every model that uses it, each model's limit a share of the gauges."""
+    views = (
+        model_metrics(metrics, [str(m.name) for m in upstreams], settings.max_concurrency)
+        if upstreams[0].name is not None
+        else {}
+    )
+    polls: dict[str, list[ControlPoll]] = {}
+    for upstream, admission in zip(upstreams, admissions, strict=True):
+        if upstream.control_url:
+            view = views.get(str(upstream.name), metrics)
+            polls.setdefault(upstream.control_url, []).append(
+                control_poll_of(settings, admission, view)
+            )
+    return {url: ps[0] if len(ps) == 1 else ControlPolls(ps) for url, ps in polls.items()}
 
 
 class ModelRoutes:

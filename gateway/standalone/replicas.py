@@ -70,7 +70,8 @@ class ReplicaSet:
         self._max_in_flight = max_in_flight
         self._timeout_misses = timeout_misses
         self._turn = 0
-        self._shared = shared
+        # One replica leaves nothing to share: no order to ask, no counts to send.
+        self._shared = shared if len(self.replicas) > 1 else None
         for replica in self.replicas:
             metrics.upstream_healthy.labels(replica.name).set(1)
             metrics.upstream_in_flight.labels(replica.name).set(0)
@@ -88,7 +89,7 @@ class ReplicaSet:
     async def order(self, key: bytes | None) -> list[Replica]:
         """`candidates`, or with workers the order the parent gives from every worker's
         in-flight counts."""
-        if self._shared is None or len(self.replicas) == 1:
+        if self._shared is None:
             return self.candidates(key)
         order = await self._shared.order(key, [r.healthy for r in self.replicas])
         return [self.replicas[i] for i in order]
@@ -96,12 +97,12 @@ class ReplicaSet:
     def started(self, replica: Replica) -> None:
         replica.in_flight += 1
         self._metrics.upstream_in_flight.labels(replica.name).inc()
-        if self._shared is not None and len(self.replicas) > 1:
+        if self._shared is not None:
             self._shared.started(self.replicas.index(replica))
 
     def finished(self, replica: Replica, outcome: str) -> None:
         replica.in_flight -= 1
-        if self._shared is not None and len(self.replicas) > 1:
+        if self._shared is not None:
             self._shared.finished(self.replicas.index(replica))
         self._metrics.upstream_in_flight.labels(replica.name).dec()
         self._metrics.upstream_requests.labels(replica.name, outcome).inc()

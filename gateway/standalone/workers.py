@@ -41,7 +41,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import uvicorn
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -49,16 +48,16 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from gateway.core.control import ControlPoll
 from gateway.core.divergence import DivergenceTracker, Segments, split_segments
 from gateway.core.errors import MemoryLow, Overloaded
 from gateway.core.metrics import GatewayMetrics
 from gateway.core.routing import ReplicaState, candidates
-from gateway.edge.build import admission_of, control_poll_of
+from gateway.edge.build import admission_of
 from gateway.edge.control_poll import poll_forever
 from gateway.edge.secrets import load_secret
-from gateway.standalone.models import model_metrics
+from gateway.standalone.models import control_polls
 from gateway.standalone.settings import GatewaySettings
+from gateway.standalone.upstream import make_client
 
 log = logging.getLogger("gateway.workers")
 
@@ -152,9 +151,7 @@ class _Worker:
 class Coordinator:
     """The parent's shared state, served to the workers (module docstring)."""
 
-    def __init__(
-        self, settings: GatewaySettings, transport: httpx.AsyncBaseTransport | None = None
-    ) -> None:
+    def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # the parent's CPU and memory count too
@@ -164,36 +161,21 @@ class Coordinator:
         self.models = [_Model(settings, list(m.replica_names)) for m in upstreams]
         self.divergence = DivergenceTracker(settings.session_memory)
         self.workers: set[_Worker] = set()
-        self._transport = transport
         self._next_dump = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        views = (
-            model_metrics(self.metrics, [str(m.name) for m in upstreams], settings.max_concurrency)
-            if upstreams[0].name is not None
-            else {}
+        self.polls = control_polls(
+            settings, self.metrics, upstreams, [model.admission for model in self.models]
         )
-        self.polls: dict[str, list[ControlPoll]] = {}
-        for model, upstream in zip(self.models, upstreams, strict=True):
-            if upstream.control_url:
-                view = views.get(str(upstream.name), self.metrics)
-                self.polls.setdefault(upstream.control_url, []).append(
-                    control_poll_of(settings, model.admission, view)
-                )
 
     async def serve(self, path: Path, started: threading.Event | None = None) -> None:
         """Listen on `path` until cancelled; the control polls run meanwhile."""
         server = await asyncio.start_unix_server(self._connected, path=str(path))
-        client = httpx.AsyncClient(transport=self._transport)
+        client = make_client(self.settings, None)  # the app's own control-plane client
         polls = [
             asyncio.create_task(
-                poll_forever(
-                    _Polls(applied),
-                    client,
-                    url + "/metrics",
-                    self.settings.thermal_poll_seconds,
-                )
+                poll_forever(poll, client, url + "/metrics", self.settings.thermal_poll_seconds)
             )
-            for url, applied in self.polls.items()
+            for url, poll in self.polls.items()
         ]
         if started is not None:
             started.set()
@@ -327,15 +309,6 @@ class Coordinator:
                 "/metrics: %d of %d workers did not answer", len(waits) - len(texts), len(waits)
             )
         return merge_metrics(generate_latest(self.registry).decode(), texts)
-
-
-class _Polls:
-    def __init__(self, polls: list[ControlPoll]) -> None:
-        self.polls = polls
-
-    def apply(self, metrics_text: str) -> None:
-        for poll in self.polls:
-            poll.apply(metrics_text)
 
 
 # ---- a worker --------------------------------------------------------------------

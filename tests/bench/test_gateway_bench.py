@@ -7,13 +7,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.gateway_bench import (
     METRICS,
@@ -24,7 +24,9 @@ from bench.gateway_bench import (
     main,
     paired_ratio,
     parser,
+    running,
     targets,
+    wait_ready,
 )
 from bench.launcher import free_port
 
@@ -195,30 +197,22 @@ def keyed_gateway(vllm_server: VLLMServer, tmp_path: Path) -> Iterator[str]:
         GATEWAY_HOST="127.0.0.1",
         GATEWAY_STATE_DIR=str(tmp_path),
     )
-    log = (tmp_path / "gateway.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gateway"], env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+    log = tmp_path / "gateway.log"
+    with running([sys.executable, "-m", "gateway"], env, log) as proc:
+        wait_ready(url, "/readyz", proc, "the gateway", log)
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
 
 
 def requests_served(url: str) -> float:
+    """The chat requests a gateway's /metrics counts, every status."""
     text = httpx.get(url + "/metrics", timeout=10).text
     return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith('gateway_requests_total{route="/v1/chat/completions"')
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "gateway_requests_total"
+        and sample.labels["route"] == "/v1/chat/completions"
     )
 
 

@@ -46,10 +46,12 @@ def test_one_process_misses_the_standalone_target_in_every_run(name: str) -> Non
 
 
 def test_workers_that_share_nothing_add_least() -> None:
-    """The diagnosis: eight uvicorn workers, each with its own state, add 0.7 ms
-    where one process, right after on the same vLLM, adds 3.8 ms."""
-    assert added_ms("b_uvicorn_workers_8.txt") == pytest.approx(0.7, abs=0.05)
-    assert added_ms("b_one_process.txt") == pytest.approx(3.8, abs=0.05)
+    """The diagnosis: eight uvicorn workers, each with its own state, add under a
+    fifth of what one process, right after on the same vLLM, adds; and less than
+    `GATEWAY_WORKERS`, whose parent they do not ask."""
+    nothing_shared = added_ms("b_uvicorn_workers_8.txt")
+    assert nothing_shared < added_ms("b_one_process.txt") / 5
+    assert nothing_shared < min(added_ms(name) for name in WORKERS)
 
 
 @pytest.mark.parametrize("name", WORKERS)
@@ -60,12 +62,13 @@ def test_gateway_workers_add_less_than_any_one_process_run(name: str) -> None:
 
 
 def test_side_by_side_eight_workers_beat_one_process() -> None:
-    """The same two vLLMs, the workers' bench then one process's."""
+    """The same two vLLMs, the workers' bench then one process's: the workers' ratio
+    lies below the whole of one process's interval."""
     workers = table_rows(FIXTURE / "c_gateway_workers_8.txt")[(32, "standalone", "standalone")]
     one = table_rows(FIXTURE / "c_one_process.txt")[(32, "standalone", "standalone")]
-    assert workers["ratios"]["ttft_p50"][0] == pytest.approx(1.030)
-    assert one["ratios"]["ttft_p50"][0] == pytest.approx(1.092)
-    assert added_ms("c_gateway_workers_8.txt") == pytest.approx(1.4, abs=0.05)
+    _one_value, one_low, _one_high = one["ratios"]["ttft_p50"]
+    assert workers["ratios"]["ttft_p50"][0] < one_low
+    assert added_ms("c_gateway_workers_8.txt") < added_ms("c_one_process.txt") / 2
 
 
 @pytest.mark.parametrize("name", ["a_one_process.txt", "c_gateway_workers_8.txt"])

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import psutil
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.gateway_bench import wait_ready
+from bench.launcher import free_port
 from gateway.core.errors import MemoryLow, Overloaded
 from gateway.standalone.settings import GatewaySettings
 from gateway.standalone.workers import (
@@ -331,22 +334,15 @@ def test_a_coordinator_that_cannot_listen_stops_the_gateway_in_one_line(tmp_path
     assert done.stderr.startswith("gateway: the workers' coordinator did not start (OSError")
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-    return found
+def workers_of(pid: int) -> list[psutil.Process]:
+    """The uvicorn workers (multiprocessing's spawned children) of the gateway `pid`."""
+    return [c for c in psutil.Process(pid).children() if "spawn_main" in " ".join(c.cmdline())]
 
 
 @pytest.mark.vllm
 def test_two_workers_are_one_gateway(vllm_server: VLLMServer, tmp_path: Path) -> None:
     """One key's limit holds over both workers, every scrape counts both, and SIGTERM
     stops them all with exit 0."""
-    from bench.launcher import free_port
-
     port = free_port()
     env = gateway_env(
         vllm_server.url,
@@ -360,9 +356,10 @@ def test_two_workers_are_one_gateway(vllm_server: VLLMServer, tmp_path: Path) ->
     proc = subprocess.Popen([sys.executable, "-m", "gateway"], env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
+        wait_ready(url, "/healthz", proc, "the gateway", tmp_path / "gateway.log")
         deadline = time.monotonic() + 60
-        while len(children(proc.pid)) < 2 or not _answers(url):
-            assert proc.poll() is None and time.monotonic() < deadline
+        while len(workers_of(proc.pid)) < 2:
+            assert time.monotonic() < deadline, psutil.Process(proc.pid).children()
             time.sleep(0.2)
         statuses = asyncio.run(_burst(url, 6))
         assert sorted(statuses) == [200] + [429] * 5
@@ -374,39 +371,16 @@ def test_two_workers_are_one_gateway(vllm_server: VLLMServer, tmp_path: Path) ->
             assert got[("gateway_requests_total", ok)] == 1
             assert got[("gateway_requests_total", refused)] == 5
             assert got[("gateway_rejected_total", (("reason", "queue_full"),))] == 5
-        workers = children(proc.pid)
+        everything = psutil.Process(proc.pid).children()  # workers and the resource tracker
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
-        deadline = time.monotonic() + 10  # multiprocessing's resource tracker goes last
-        while [pid for pid in workers if _alive(pid)]:
-            assert time.monotonic() < deadline, [_cmdline(p) for p in workers if _alive(p)]
-            time.sleep(0.2)
+        _, alive = psutil.wait_procs(everything, timeout=10)
+        assert alive == []
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         log.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def _cmdline(pid: int) -> str:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-    return "?"
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url + "/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 async def _burst(url: str, count: int) -> list[int]:
