@@ -46,6 +46,7 @@ import psutil
 from bench.launcher import free_port
 
 STREAM = Path(__file__).parent / "data" / "vllm_chat_stream.sse"
+CHECKOUT = Path(__file__).resolve().parents[1]  # this checkout, whose gateway/ runs by default
 MODEL = "tiny"  # the recorded stream's model name
 KEY = "sk-bench"
 TENANT = "bench"
@@ -181,7 +182,9 @@ async def bursts(url: str, count: int, streams: int) -> Load:
 # The gateway ---------------------------------------------------------------------------
 
 
-def gateway_env(upstream: str, port: int, state: Path, source: Path | None) -> dict[str, str]:
+def gateway_env(upstream: str, port: int, state: Path, source: Path) -> dict[str, str]:
+    """The gateway's settings, with `source` first on its path (the process runs in a
+    scratch folder: `python -m` puts the working directory before PYTHONPATH)."""
     env = {
         **os.environ,
         "GATEWAY_UPSTREAM_URL": upstream,
@@ -192,8 +195,7 @@ def gateway_env(upstream: str, port: int, state: Path, source: Path | None) -> d
         "GATEWAY_STATE_DIR": str(state),
         "GATEWAY_LOG_LEVEL": "warning",
     }
-    if source is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
     return env
 
 
@@ -280,11 +282,13 @@ async def measure(args: argparse.Namespace, work: Path, source: Path | None) -> 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = work / "gateway.log"
-    env = gateway_env(f"http://127.0.0.1:{upstream_port}", port, work / "state", source)
+    upstream = f"http://127.0.0.1:{upstream_port}"
+    env = gateway_env(upstream, port, work / "state", source or CHECKOUT)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway"], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
+            [sys.executable, "-m", "gateway"],
+            env=env, cwd=work, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     spy: subprocess.Popen[bytes] | None = None
     try:
         await asyncio.to_thread(wait_ready, url, proc, log)

@@ -17,12 +17,13 @@ from bench import gateway_cpu
 STREAM = Path(gateway_cpu.__file__).parent / "data" / "vllm_chat_stream.sse"
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bench.gateway_cpu", *args],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=cwd,
     )
 
 
@@ -85,6 +86,22 @@ def test_bad_arguments_are_refused_by_name() -> None:
     assert done.returncode == 2 and "'0': must be ≥ 1" in done.stderr
     done = _run("--gateway-dir", "/nonexistent")
     assert done.returncode == 2 and "no gateway/__main__.py there" in done.stderr
+
+
+def test_the_baseline_is_the_named_checkout_not_this_one(tmp_path: Path) -> None:
+    """Run from this checkout's root (as `make` does), `--baseline-dir` and
+    `--gateway-dir` still run the named checkout's gateway: here one that says so and
+    exits, which the bench reports."""
+    other = tmp_path / "other"
+    (other / "gateway").mkdir(parents=True)
+    (other / "gateway" / "__main__.py").write_text(
+        "import sys\nprint('the other checkout')\nsys.exit(3)\n"
+    )
+    root = Path(gateway_cpu.__file__).resolve().parents[1]
+    for option in ("--baseline-dir", "--gateway-dir"):
+        done = _run("--bursts", "1", "--streams", "1", option, str(other), cwd=root)
+        assert done.returncode == 2, done.stdout[-2000:]
+        assert "the gateway exited 3: the other checkout" in done.stderr
 
 
 def test_a_baseline_checkout_runs_in_turn_and_gets_a_ratio(tmp_path: Path) -> None:
