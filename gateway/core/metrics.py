@@ -48,6 +48,10 @@ class EventHistogram(Collector):
         self._counts[bisect_left(self._bounds, value)] += 1
         self._sum += value
 
+    def observe_zeros(self, n: int) -> None:
+        """`n` observations of 0 (events that arrived in one read: no gap between them)."""
+        self._counts[bisect_left(self._bounds, 0.0)] += n
+
     def describe(self) -> list[HistogramMetricFamily]:
         return [HistogramMetricFamily(self.name, self.documentation)]
 

@@ -61,17 +61,21 @@ def _next_boundary(data: bytes, start: int, separators: tuple[bytes, ...]) -> in
     return best
 
 
-def plain_events(chunk: bytes) -> bool:
-    """True when `chunk` is whole `data:` events with `\n\n` separators and none of
-    them is `[DONE]` or carries usage: the common case of a token chunk, which the
-    relay forwards as it is without splitting it (the hot path, one check per chunk)."""
-    return (
-        chunk.startswith(b"data:")
-        and chunk.endswith(b"\n\n")
-        and b"\r" not in chunk
-        and b'"usage"' not in chunk
-        and DONE_EVENT not in chunk
-    )
+def plain_head(chunk: bytes) -> int:
+    """How many leading bytes of `chunk` are whole `data:` events with `\n\n`
+    separators, none of them `[DONE]` or carrying usage: token chunks, which the relay
+    forwards as they are, counting their separators instead of splitting them (the hot
+    path: a few scans of the chunk however many events it holds).  The usage chunk,
+    `[DONE]` and anything after them are left for `EventSplitter` and `StreamObserver`."""
+    if not chunk.startswith(b"data:") or b"\r" in chunk:
+        return 0
+    cut = len(chunk)
+    for marker in (b'"usage"', DONE_EVENT):
+        found = chunk.find(marker, 0, cut)
+        if found >= 0:
+            cut = found
+    end = chunk.rfind(b"\n\n", 0, cut)
+    return end + 2 if end >= 0 else 0
 
 
 # The Responses API's last event of a stream, which holds the response with its usage.
@@ -94,6 +98,7 @@ class StreamObserver:
 
     drop_usage: bool
     on_gap: Callable[[float], None]
+    on_zero_gaps: Callable[[int], None] | None = None
     first_event_at: float | None = None
     last_event_at: float | None = None
     usage: dict[str, Any] | None = None
@@ -134,14 +139,20 @@ class StreamObserver:
                 self.usage = usage
 
     def tick(self, events: int) -> None:
-        """`events` data events (no usage, no [DONE]) arrived together now."""
+        """`events` data events (no usage, no [DONE]) arrived together now: one gap
+        since the last event, then `events - 1` gaps of 0 (`on_zero_gaps`, or `on_gap`
+        once for each)."""
         now = time.monotonic()
         if self.first_event_at is None:
             self.first_event_at = now
         elif self.last_event_at is not None:
             self.on_gap(now - self.last_event_at)
-        for _ in range(events - 1):
-            self.on_gap(0.0)
+        if events > 1:
+            if self.on_zero_gaps is not None:
+                self.on_zero_gaps(events - 1)
+            else:
+                for _ in range(events - 1):
+                    self.on_gap(0.0)
         self.last_event_at = now
 
     def _note_usage(self, event: bytes) -> bool:

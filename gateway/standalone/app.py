@@ -38,6 +38,8 @@ from gateway.core.prepare import Incoming, Preparer
 from gateway.core.routes import JSON_ROUTES
 from gateway.edge.build import admission_of, preparer_of
 from gateway.edge.control_poll import Applies, poll_forever
+from gateway.standalone import heap
+from gateway.standalone.hot import HotRoutes
 from gateway.standalone.middleware import HeaderLimits, RequestMetrics
 from gateway.standalone.models import ModelDeps, ModelRoutes, control_polls
 from gateway.standalone.openapi import json_route, plain_route
@@ -82,7 +84,9 @@ def worker_app() -> FastAPI:
             f"gateway worker: {COORDINATOR_ENV} is unset; start python -m gateway", file=sys.stderr
         )
         raise SystemExit(2)
-    return create_app(settings_from_env(), link_path=path)
+    app = create_app(settings_from_env(), link_path=path)
+    heap.settle()
+    return app
 
 
 def _lifespan(
@@ -179,6 +183,7 @@ def create_app(
     _add_error_handlers(app, metrics)
     app.add_middleware(HeaderLimits, metrics=metrics)
     app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(HotRoutes, preparer=preparer, routes=routes, metrics=metrics)
     return app
 
 

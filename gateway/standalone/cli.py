@@ -21,6 +21,7 @@ from typing import Any
 import uvicorn
 
 from gateway.core.errors import ConfigError
+from gateway.standalone import heap
 from gateway.standalone.app import create_app
 from gateway.standalone.settings import load_settings
 from gateway.standalone.usage import usage
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gateway: {exc.message}", file=sys.stderr)
             return EXIT_BAD_CONFIG
         return 0
+    heap.settle()
     GracefulServer(uvicorn.Config(app, **options)).run()
     return 0
 

@@ -23,7 +23,7 @@ from gateway.core.errors import GatewayError, Overloaded, UpstreamError, Upstrea
 from gateway.core.forward import Forward, record_finish, usage_of
 from gateway.core.headers import response_headers
 from gateway.core.metrics import GatewayMetrics
-from gateway.core.sse import DONE_EVENT, EventSplitter, StreamObserver, plain_events
+from gateway.core.sse import DONE_EVENT, EventSplitter, StreamObserver, plain_head
 from gateway.standalone.replicas import Replica
 from gateway.standalone.upstream import Upstream, UpstreamResponse
 
@@ -205,17 +205,21 @@ class ProxyResponse(Response):
 
     async def _relay_events(self, response: UpstreamResponse, send: Send) -> str:
         metrics, outcome = self.deps.metrics, OK
-        observer = StreamObserver(self.forward.drop_usage, metrics.inter_token_latency.observe)
+        gaps = metrics.inter_token_latency
+        observer = StreamObserver(self.forward.drop_usage, gaps.observe, gaps.observe_zeros)
         splitter = EventSplitter()
         self.on_status(response.status)
         await send(self._start(response))
         try:
             while (chunk := await response.next_chunk()) is not None:
-                if splitter.idle and plain_events(chunk):
-                    observer.tick(chunk.count(b"\n\n"))  # forwarded untouched
+                head = plain_head(chunk) if splitter.idle else 0
+                if head:
+                    observer.tick(chunk.count(b"\n\n", 0, head))  # forwarded untouched
+                if head == len(chunk):
                     out = chunk
                 else:
-                    out = b"".join([e for e in splitter.feed(chunk) if observer.observe(e)])
+                    rest = [e for e in splitter.feed(chunk[head:]) if observer.observe(e)]
+                    out = b"".join([chunk[:head], *rest]) if head else b"".join(rest)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                     self._done_relayed = self._done_relayed or DONE_EVENT in out

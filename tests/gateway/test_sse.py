@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.sse import EventSplitter, StreamObserver, plain_events
+from gateway.core.sse import EventSplitter, StreamObserver, plain_head
 
 EVENTS = [b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'] * 3 + [
     b'data: {"choices": [], "usage": {"prompt_tokens": 5}}\n\n',
@@ -60,20 +60,32 @@ def test_observer_keeps_usage_when_client_asked_and_continuous_usage() -> None:
     assert all(observer.observe(e) for e in EVENTS)
 
 
+A = b'data: {"a":1}\n\n'
+B = b'data: {"a":2}\n\n'
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
 @pytest.mark.parametrize(
-    ("chunk", "plain"),
+    ("chunk", "head"),
     [
-        (b'data: {"a":1}\n\n', True),
-        (b'data: {"a":1}\n\ndata: {"a":2}\n\n', True),
-        (b'data: {"a":1}\n\ndata: [DONE]\n\n', False),  # the end: observed event by event
-        (b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n', False),  # maybe dropped
-        (b'data: {"a":1}\r\n\r\n', False),  # other separators: split properly
-        (b'data: {"a":1}\n', False),  # incomplete
-        (b": keep-alive\n\n", False),  # not a data event
+        (A, len(A)),
+        (A + B, len(A + B)),
+        (A + DONE, len(A)),  # the end: [DONE] observed as an event
+        (A + B + USAGE + DONE, len(A + B)),  # the usage chunk may be dropped: observed
+        (USAGE + A, 0),  # nothing before the usage chunk
+        (DONE, 0),
+        (A + b'data: {"a":2', len(A)),  # an incomplete event waits for its end
+        (b'data: {"a":1}\n', 0),
+        (b'data: {"a":1}\r\n\r\n', 0),  # other separators: split properly
+        (A + b'data: {"a":2}\r\n\r\n', 0),
+        (b": keep-alive\n\n", 0),  # not a data event
     ],
 )
-def test_plain_events_are_only_whole_token_chunks(chunk: bytes, plain: bool) -> None:
-    assert plain_events(chunk) is plain
+def test_the_plain_head_is_the_whole_token_events_before_usage_or_done(
+    chunk: bytes, head: int
+) -> None:
+    assert plain_head(chunk) == head
 
 
 def test_tick_times_events_that_arrived_together() -> None:
@@ -83,6 +95,16 @@ def test_tick_times_events_that_arrived_together() -> None:
     assert observer.first_event_at is not None and gaps == []
     observer.tick(3)  # one real gap, then two events that came in the same read
     assert len(gaps) == 3 and gaps[0] >= 0 and gaps[1:] == [0.0, 0.0]
+
+
+def test_tick_counts_the_zero_gaps_at_once_when_it_can() -> None:
+    gaps: list[float] = []
+    zeros: list[int] = []
+    observer = StreamObserver(False, gaps.append, zeros.append)
+    observer.tick(1)
+    observer.tick(5)
+    observer.tick(1)
+    assert len(gaps) == 2 and zeros == [4]
 
 
 def _named(kind: str, payload: dict[str, object]) -> bytes:
