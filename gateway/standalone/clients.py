@@ -65,6 +65,9 @@ class AiohttpResponse:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise translate_aiohttp(exc, self._retry_after) from None
 
+    def ended(self) -> bool:
+        return self._response.content.at_eof()
+
     async def aclose(self) -> None:
         # A response read to its end goes back to the pool; one cut short is closed,
         # so vLLM sees the disconnect and aborts the request.

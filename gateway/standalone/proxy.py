@@ -210,6 +210,7 @@ class ProxyResponse(Response):
         splitter = EventSplitter()
         self.on_status(response.status)
         await send(self._start(response))
+        out = b""
         try:
             while (chunk := await response.next_chunk()) is not None:
                 head = plain_head(chunk) if splitter.idle else 0
@@ -220,10 +221,13 @@ class ProxyResponse(Response):
                 else:
                     rest = [e for e in splitter.feed(chunk[head:]) if observer.observe(e)]
                     out = b"".join([chunk[:head], *rest]) if head else b"".join(rest)
+                if response.ended():
+                    break  # the last bytes go out with the end of the response
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                     self._done_relayed = self._done_relayed or DONE_EVENT in out
-            tail = splitter.rest()
+                    out = b""
+            tail = out + splitter.rest()
         except UpstreamError as error:
             metrics.upstream_errors.labels(error.kind).inc()
             tail, outcome = splitter.rest() + sse_error_event(error), error.kind

@@ -32,6 +32,11 @@ class UpstreamResponse(Protocol):
         """The next body bytes as they arrive; None at the end."""
         ...
 
+    def ended(self) -> bool:
+        """The whole body has arrived: `next_chunk` would return None (False when
+        that is not known yet)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

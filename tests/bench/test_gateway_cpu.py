@@ -81,9 +81,23 @@ def test_a_sample_goes_to_the_innermost_frame_a_stage_names() -> None:
     }
 
 
+def test_a_paced_stream_is_relayed_whole_one_event_at_a_time(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    done = _run("--bursts", "2", "--streams", "4", "--pace-ms", "1", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["requests"] == 8 and result["pace_ms"] == 1.0
+    assert result["events"] == 8 * STREAM.read_bytes().count(b"data:") - 8  # less usage
+    # Each burst waits for its streams' 66 events, the last sent 65 ms after the first.
+    assert result["wall_s"] >= 2 * 0.065
+    assert "one event every 1 ms" in done.stdout
+
+
 def test_bad_arguments_are_refused_by_name() -> None:
     done = _run("--bursts", "0")
     assert done.returncode == 2 and "'0': must be ≥ 1" in done.stderr
+    done = _run("--pace-ms", "-1")
+    assert done.returncode == 2 and "must be between 0 and 1000 ms" in done.stderr
     done = _run("--gateway-dir", "/nonexistent")
     assert done.returncode == 2 and "no gateway/__main__.py there" in done.stderr
 

@@ -51,6 +51,9 @@ class HttpxResponse:
         except httpx.HTTPError as exc:
             raise translate_httpx(exc, self._retry_after) from None
 
+    def ended(self) -> bool:
+        return self._response.is_stream_consumed and self._response.is_closed
+
     async def aclose(self) -> None:
         await self._response.aclose()
 
