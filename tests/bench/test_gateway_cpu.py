@@ -53,7 +53,10 @@ def test_every_stream_is_relayed_whole_and_the_cpu_is_per_request(tmp_path: Path
 
 def test_the_profile_puts_the_gateway_s_samples_in_stages(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    done = _run("--bursts", "4", "--streams", "16", "--profile", "--json", str(out))
+    # Paced, so that the relay handles each event on its own while py-spy samples.
+    done = _run(
+        "--bursts", "10", "--streams", "32", "--pace-ms", "1", "--profile", "--json", str(out)
+    )  # fmt: skip
     if done.returncode == 2 and "py-spy" in done.stderr and "Permission" in done.stderr:
         pytest.skip(f"py-spy may not attach here: {done.stderr.strip()[-300:]}")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -70,13 +73,18 @@ def test_a_sample_goes_to_the_innermost_frame_a_stage_names() -> None:
             "run (asyncio/base_events.py:600);handle (gateway/core/tenancy.py:40);"
             "loads (json/decoder.py:337) 3",
             "run (asyncio/base_events.py:600);_run (uvicorn/server.py:10) 2",
+            "serve (gateway/standalone/hot.py:80);"
+            "ProxyResponse._relay_events (gateway/standalone/proxy.py:217) 4",
+            "ProxyResponse._relay_events (gateway/standalone/proxy.py:227);"
+            "RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py:542) 5",
             "main (<frozen runpy>:88);idle (somewhere.py:1) 1",
             "not a sample line",
         ]
     )
     assert gateway_cpu.stage_samples(raw) == {
         "body parse and serialise": 3,
-        "HTTP server (uvicorn, Starlette)": 2,
+        "HTTP server (uvicorn, Starlette)": 2 + 5,
+        "relay events out": 4,
         "other": 1,
     }
 
