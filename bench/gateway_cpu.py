@@ -5,6 +5,7 @@
     python -m bench.gateway_cpu --profile             # the same under py-spy: CPU by stage
     python -m bench.gateway_cpu --gateway-dir DIR     # another checkout's gateway (PYTHONPATH)
     python -m bench.gateway_cpu --baseline-dir DIR --runs 5   # DIR's and this one's, in turn
+    python -m bench.gateway_cpu --floor --runs 5      # a bare relay's and this one's, in turn
 
 The upstream is a replay server in this process: it answers /v1/chat/completions with a
 recorded vLLM stream (bench/data/vllm_chat_stream.sse, 64 tokens and a usage chunk, from
@@ -55,6 +56,8 @@ KEY = "sk-bench"
 TENANT = "bench"
 DONE = b"data: [DONE]"
 READY_TIMEOUT_S = 60.0
+FLOOR = "bench.gateway_floor"
+FLOOR_LABEL = f"the floor, python -m {FLOOR}: a bare relay on the same libraries"
 # (stage, substrings of a frame's "function (file:line)" text); the first rule that
 # matches the innermost matching frame wins. Files are matched by their path under the
 # package, so a checkout anywhere gives the same stages.
@@ -293,8 +296,11 @@ class Result:
         return self.cpu_s * 1e6 / self.events
 
 
-async def measure(args: argparse.Namespace, work: Path, source: Path | None) -> Result:
-    """One gateway (`source`'s gateway/, or this checkout's) under the bursts."""
+async def measure(
+    args: argparse.Namespace, work: Path, source: Path | None, module: str = "gateway"
+) -> Result:
+    """One gateway (`source`'s gateway/, or this checkout's; or `module`, the floor)
+    under the bursts."""
     work.mkdir(parents=True, exist_ok=True)
     stream = recorded_stream()
     upstream_port = free_port()
@@ -308,7 +314,7 @@ async def measure(args: argparse.Namespace, work: Path, source: Path | None) -> 
     env = gateway_env(upstream, port, work / "state", source or CHECKOUT)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway"],
+            [sys.executable, "-m", module],
             env=env, cwd=work, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     spy: subprocess.Popen[bytes] | None = None
@@ -436,12 +442,17 @@ def parser() -> argparse.ArgumentParser:
         type=source_dir,
         help="another checkout's gateway, run in turn with this one: both and their ratio",
     )
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help=f"run {FLOOR_LABEL} in turn with this one, as the baseline",
+    )
     p.add_argument("--runs", type=positive, default=1, help="runs of each gateway (1)")
     p.add_argument("--json", type=Path, help="also write the result here")
     return p
 
 
-def compare(baseline: list[Result], current: list[Result], source: Path) -> str:
+def compare(baseline: list[Result], current: list[Result], label: str) -> str:
     """Both gateways' CPU per request over the alternating runs, and their ratio."""
     base = statistics.median(r.cpu_ms_per_request for r in baseline)
     now = statistics.median(r.cpu_ms_per_request for r in current)
@@ -450,7 +461,7 @@ def compare(baseline: list[Result], current: list[Result], source: Path) -> str:
         "",
         "| gateway | CPU ms per request | runs |",
         "|---|---|---|",
-        f"| baseline ({source}) | {base:.3f} | "
+        f"| baseline ({label}) | {base:.3f} | "
         + ", ".join(f"{r.cpu_ms_per_request:.3f}" for r in baseline)
         + " |",
         "| this checkout | "
@@ -467,15 +478,21 @@ async def run(args: argparse.Namespace, work: Path) -> tuple[list[Result], list[
     for i in range(args.runs):
         if args.baseline_dir is not None:
             baseline.append(await measure(args, work / f"baseline{i}", args.baseline_dir))
+        elif args.floor:
+            baseline.append(await measure(args, work / f"floor{i}", None, FLOOR))
         current.append(await measure(args, work / f"current{i}", args.gateway_dir))
     return baseline, current
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.profile and args.baseline_dir is not None:
+    if args.profile and (args.baseline_dir is not None or args.floor):
         print("bench.gateway_cpu: error: --profile measures one gateway; leave out "
-              "--baseline-dir", file=sys.stderr)  # fmt: skip
+              "--baseline-dir and --floor", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.floor and args.baseline_dir is not None:
+        print("bench.gateway_cpu: error: one baseline: --floor or --baseline-dir",
+              file=sys.stderr)  # fmt: skip
         return 2
     with tempfile.TemporaryDirectory(prefix="gateway-cpu-") as tmp:
         try:
@@ -486,8 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     for result in current:
         print(render(result))
     if baseline:
-        assert args.baseline_dir is not None
-        print(compare(baseline, current, args.baseline_dir))
+        label = FLOOR_LABEL if args.floor else str(args.baseline_dir)
+        print(compare(baseline, current, label))
     if args.json:
 
         def as_dict(result: Result) -> dict[str, Any]:

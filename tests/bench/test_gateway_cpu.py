@@ -38,16 +38,16 @@ def test_the_recorded_stream_is_a_whole_vllm_stream_with_usage() -> None:
 
 def test_every_stream_is_relayed_whole_and_the_cpu_is_per_request(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    done = _run("--bursts", "3", "--streams", "16", "--json", str(out))
+    done = _run("--bursts", "6", "--streams", "16", "--json", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
-    assert result["requests"] == 3 * 16
+    assert result["requests"] == 6 * 16
     # The client asked for no usage: the gateway injects the request for it and drops the
     # usage chunk from what it relays, so each stream is the recording less one event.
     recorded = STREAM.read_text().count("data: ")
     assert result["events"] == result["requests"] * (recorded - 1)
     assert result["cpu_s"] > 0
-    assert result["cpu_ms_per_request"] == pytest.approx(result["cpu_s"] * 1000 / 48)
+    assert result["cpu_ms_per_request"] == pytest.approx(result["cpu_s"] * 1000 / 96)
     assert "| CPU per streamed request |" in done.stdout
 
 
@@ -91,11 +91,11 @@ def test_a_sample_goes_to_the_innermost_frame_a_stage_names() -> None:
 
 def test_a_paced_stream_is_relayed_whole_one_event_at_a_time(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    done = _run("--bursts", "2", "--streams", "4", "--pace-ms", "1", "--json", str(out))
+    done = _run("--bursts", "2", "--streams", "8", "--pace-ms", "1", "--json", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
-    assert result["requests"] == 8 and result["pace_ms"] == 1.0
-    assert result["events"] == 8 * STREAM.read_bytes().count(b"data:") - 8  # less usage
+    assert result["requests"] == 16 and result["pace_ms"] == 1.0
+    assert result["events"] == 16 * (STREAM.read_bytes().count(b"data:") - 1)  # less usage
     # Each burst waits for its streams' 66 events, the last sent 65 ms after the first.
     assert result["wall_s"] >= 2 * 0.065
     assert "one event every 1 ms" in done.stdout
@@ -126,11 +126,29 @@ def test_the_baseline_is_the_named_checkout_not_this_one(tmp_path: Path) -> None
         assert "the gateway exited 3: the other checkout" in done.stderr
 
 
+def test_the_floor_runs_in_turn_as_the_baseline(tmp_path: Path) -> None:
+    """The bare relay carries every stream whole (or the bench would fail) and is
+    measured in turn with this checkout's gateway."""
+    out = tmp_path / "result.json"
+    done = _run("--bursts", "10", "--streams", "16", "--floor", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert [r["requests"] for r in result["baseline_runs"]] == [160]
+    # The floor passes the usage chunk on; the gateway drops it (it asked for it).
+    events = STREAM.read_bytes().count(b"data:")
+    assert result["baseline_runs"][0]["events"] == 160 * events
+    assert result["runs"][0]["events"] == 160 * (events - 1)
+    assert "| baseline (the floor, python -m bench.gateway_floor" in done.stdout
+    for conflict in (["--profile"], ["--baseline-dir", str(gateway_cpu.CHECKOUT)]):
+        done = _run("--floor", *conflict)
+        assert done.returncode == 2 and "--floor" in done.stderr
+
+
 def test_a_baseline_checkout_runs_in_turn_and_gets_a_ratio(tmp_path: Path) -> None:
     """Both gateways measured in one run; here the baseline is this checkout itself."""
     root = Path(gateway_cpu.__file__).resolve().parents[1]
     out = tmp_path / "result.json"
-    done = _run("--bursts", "3", "--streams", "16", "--baseline-dir", str(root), "--json", str(out))
+    done = _run("--bursts", "6", "--streams", "16", "--baseline-dir", str(root), "--json", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert len(result["baseline_runs"]) == len(result["runs"]) == 1
