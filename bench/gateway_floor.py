@@ -21,7 +21,7 @@ from starlette.types import Message, Receive, Scope, Send
 class Floor:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
-        self.session: aiohttp.ClientSession | None = None
+        self.client: aiohttp.ClientSession | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -37,9 +37,9 @@ class Floor:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        assert self.session is not None
+        assert self.client is not None
         url, headers = self.upstream + scope["path"], {"content-type": "application/json"}
-        async with self.session.post(url, data=body, headers=headers) as r:
+        async with self.client.post(url, data=body, headers=headers) as r:
             kind = r.headers.get("content-type", "").encode()
             start: Message = {
                 "type": "http.response.start",
@@ -56,11 +56,11 @@ class Floor:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 connector = aiohttp.TCPConnector(limit=0)
-                self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+                self.client = aiohttp.ClientSession(connector=connector, auto_decompress=False)
                 await send({"type": "lifespan.startup.complete"})
             else:
-                if self.session is not None:
-                    await self.session.close()
+                if self.client is not None:
+                    await self.client.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
