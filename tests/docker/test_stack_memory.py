@@ -307,7 +307,9 @@ def test_under_the_floor_it_refuses_then_exits_4_and_the_container_comes_back(
     stream.thread.join(60)
     logs = st.compose(stack.env, "logs", "--no-color", "vllm").stdout
     memory_low = [r for r in refused if r.status_code == 503 and _code(r) == "memory_low"]
-    assert memory_low, [(r.status_code, r.text) for r in refused]
+    gateway_logs = st.compose(stack.env, "logs", "--no-color", "gateway").stdout
+    polls = [line for line in gateway_logs.splitlines() if "control poll" in line]
+    assert memory_low, ([(r.status_code, r.text) for r in refused], polls)
     assert all(int(r.headers["retry-after"]) >= 0 for r in refused if r.status_code == 503)
     assert "refusing new work (/ready 503, memory_low)" in logs, logs[-4000:]
     assert "sparkserve: error: memory watchdog: available memory" in logs, logs[-4000:]
