@@ -51,9 +51,7 @@ def test_a_stalled_endpoint_costs_one_timeout_per_read_then_its_answer_applies(
         started = asyncio.get_running_loop().time()
         # The client's own read timeout is far longer than the poll's.
         async with httpx.AsyncClient(timeout=600) as client:
-            task = asyncio.create_task(
-                poll_forever(readings, client, url + "/metrics", PERIOD_S)
-            )
+            task = asyncio.create_task(poll_forever(readings, client, url + "/metrics", PERIOD_S))
             while not readings.texts:
                 await asyncio.sleep(0.05)
             took = asyncio.get_running_loop().time() - started
