@@ -32,7 +32,7 @@ KEYS = ("key-alice", "key-bob")  # tenants alice and bob of `gateway_app`
 # but on an idle machine a fast tiny model can finish the first before the last
 # arrives, letting one more in: six leave several 429s even then.
 BURST = 6
-BURST_TOKENS = 512  # long enough that the first still runs when the last arrives
+BURST_TOKENS = 1536  # the first still runs when the last arrives, on a busy host (< 2,048)
 # A counter child is born with its first request; later requests must land in later
 # scrapes (1 s apart) for rate() to see them.
 SCRAPE_GAP_S = 1.5
