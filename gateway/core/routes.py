@@ -1,11 +1,14 @@
-"""The proxied routes (`JSON_ROUTES`, the table of both faces) and the
-one-count-per-request counter the embedded gateway uses (the standalone app counts
-through its `RequestMetrics` middleware)."""
+"""The proxied routes (`JSON_ROUTES`, the table of both faces), the
+one-count-per-request counter and the refusal both faces' proxied routes use (the
+standalone app's other routes count through its `RequestMetrics` middleware)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from starlette.types import Send
+
+from gateway.core.errors import GatewayError, rejection_reason, send_json_error
 from gateway.core.metrics import GatewayMetrics, status_class
 from gateway.core.prepare import MODELS
 
@@ -30,6 +33,16 @@ class RequestCount:
         if not self.done:
             self.done = True
             self.metrics.requests.labels(self.route, status_class(status)).inc()
+
+
+async def refuse(send: Send, count: RequestCount, error: GatewayError) -> None:
+    """Answer a proxied route's request with `error`: its `gateway_rejected_total`
+    reason (when it has one), the request's count, the OpenAI-shaped body."""
+    reason = rejection_reason(error)
+    if reason is not None:
+        count.metrics.rejected.labels(reason).inc()
+    count(error.status_code)
+    await send_json_error(send, error)
 
 
 def route_table(json_paths: tuple[str, ...]) -> dict[tuple[str, str], str]:

@@ -98,7 +98,7 @@ class StreamObserver:
 
     drop_usage: bool
     on_gap: Callable[[float], None]
-    on_zero_gaps: Callable[[int], None] | None = None
+    on_zero_gaps: Callable[[int], None]
     first_event_at: float | None = None
     last_event_at: float | None = None
     usage: dict[str, Any] | None = None
@@ -140,19 +140,14 @@ class StreamObserver:
 
     def tick(self, events: int) -> None:
         """`events` data events (no usage, no [DONE]) arrived together now: one gap
-        since the last event, then `events - 1` gaps of 0 (`on_zero_gaps`, or `on_gap`
-        once for each)."""
+        since the last event, then `events - 1` gaps of 0 (`on_zero_gaps`)."""
         now = time.monotonic()
         if self.first_event_at is None:
             self.first_event_at = now
         elif self.last_event_at is not None:
             self.on_gap(now - self.last_event_at)
         if events > 1:
-            if self.on_zero_gaps is not None:
-                self.on_zero_gaps(events - 1)
-            else:
-                for _ in range(events - 1):
-                    self.on_gap(0.0)
+            self.on_zero_gaps(events - 1)
         self.last_event_at = now
 
     def _note_usage(self, event: bytes) -> bool:

@@ -70,7 +70,7 @@ from gateway.core.forward import Forward
 from gateway.core.headers import headers_error
 from gateway.core.metrics import GatewayMetrics
 from gateway.core.prepare import Incoming, Preparer
-from gateway.core.routes import JSON_ROUTES, RequestCount, route_table
+from gateway.core.routes import JSON_ROUTES, RequestCount, refuse, route_table
 from gateway.edge.build import admission_of, control_poll_of, preparer_of
 from gateway.edge.control_poll import poll_forever
 from gateway.edge.vllm_env import MULTIPROC_ENV, several_api_servers
@@ -209,7 +209,7 @@ class EmbeddedGateway:
             count(CLIENT_CLOSED_STATUS)
             return
         except GatewayError as error:
-            await self._refuse(send, count, error)
+            await refuse(send, count, error)
             return
         except Exception:
             log.exception("unexpected error preparing %s", route)
@@ -228,7 +228,7 @@ class EmbeddedGateway:
         try:
             waited = await self.admission.acquire(key)
         except Overloaded as error:
-            await self._refuse(send, count, error)
+            await refuse(send, count, error)
             return
         metrics.queue_wait.observe(waited)
         metrics.in_flight.inc()
@@ -264,13 +264,6 @@ class EmbeddedGateway:
         loop (docs/gateway.md, "Embedded in vLLM").  A request alone waits one
         turn (µs) more."""
         await asyncio.sleep(0)
-
-    async def _refuse(self, send: Send, count: RequestCount, error: GatewayError) -> None:
-        reason = rejection_reason(error)
-        if reason is not None:
-            self.metrics.rejected.labels(reason).inc()
-        count(error.status_code)
-        await send_json_error(send, error)
 
     # ---- everything else ----
 

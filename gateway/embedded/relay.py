@@ -127,9 +127,8 @@ class Relay:
         headers = list(message.get("headers", ()))
         headers += [(k.encode(), v.encode()) for k, v in forward.extra_headers.items()]
         if forward.stream and _event_stream(headers):
-            self._observer = StreamObserver(
-                forward.drop_usage, self._metrics.inter_token_latency.observe
-            )
+            gaps = self._metrics.inter_token_latency
+            self._observer = StreamObserver(forward.drop_usage, gaps.observe, gaps.observe_zeros)
         elif forward.generation:
             self._body = [] if status == 200 else None
             if status != 200:

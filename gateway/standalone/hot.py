@@ -18,17 +18,11 @@ from __future__ import annotations
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.core.errors import (
-    CLIENT_CLOSED_STATUS,
-    SERVER_ERROR_STATUS,
-    GatewayError,
-    rejection_reason,
-    send_json_error,
-)
+from gateway.core.errors import CLIENT_CLOSED_STATUS, SERVER_ERROR_STATUS, GatewayError
 from gateway.core.headers import headers_error
-from gateway.core.metrics import GatewayMetrics, status_class
+from gateway.core.metrics import GatewayMetrics
 from gateway.core.prepare import Incoming, Preparer
-from gateway.core.routes import JSON_ROUTES
+from gateway.core.routes import JSON_ROUTES, RequestCount, refuse
 from gateway.standalone.models import ModelRoutes
 from gateway.standalone.proxy import ProxyResponse
 
@@ -54,13 +48,7 @@ class HotRoutes:
             await self.app(scope, receive, send)
 
     async def _serve(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
-        metrics, counted = self.metrics, False
-
-        def count(status: int) -> None:
-            nonlocal counted
-            counted = True
-            metrics.requests.labels(path, status_class(status)).inc()
-
+        count = RequestCount(self.metrics, path)
         try:
             error: GatewayError | None = headers_error(scope)
             if error is None:
@@ -74,17 +62,11 @@ class HotRoutes:
                 except GatewayError as refused:
                     error = refused
             if error is not None:
-                reason = rejection_reason(error)
-                if reason is not None:
-                    metrics.rejected.labels(reason).inc()
-                count(error.status_code)
-                await send_json_error(send, error)
+                await refuse(send, count, error)
                 return
             await ProxyResponse(deps, forward, on_status=count)(scope, receive, send)
         except Exception:
-            if not counted:
-                count(SERVER_ERROR_STATUS)
+            count(SERVER_ERROR_STATUS)
             raise
         finally:
-            if not counted:
-                count(CLIENT_CLOSED_STATUS)
+            count(CLIENT_CLOSED_STATUS)  # no answer went out: a count was taken otherwise

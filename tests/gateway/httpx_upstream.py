@@ -52,7 +52,7 @@ class HttpxResponse:
             raise translate_httpx(exc, self._retry_after) from None
 
     def ended(self) -> bool:
-        return self._response.is_stream_consumed and self._response.is_closed
+        return False  # httpx knows the body has ended only at the read after its last
 
     async def aclose(self) -> None:
         await self._response.aclose()

@@ -73,7 +73,7 @@ def test_the_hot_path_times_token_events_as_observe_does(clock: list[float]) -> 
     # The same events, each read at the same time, through `observe` alone.
     clock[:] = list(CLOCK)
     gaps: list[float] = []
-    observer = StreamObserver(True, gaps.append)
+    observer = StreamObserver(True, gaps.append, lambda n: gaps.extend([0.0] * n))
     forwarded = [event for event in [*TOKENS, USAGE, DONE] if observer.observe(event)]
 
     assert through_relay == [*forwarded, b""] == [*TOKENS, DONE, b""]  # the usage chunk dropped

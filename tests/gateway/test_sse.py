@@ -16,6 +16,10 @@ EVENTS = [b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'] * 3 + [
 ]
 
 
+def _no_tick(events: int) -> None:
+    raise AssertionError(f"observe() reported {events} zero gaps: only tick() does")
+
+
 @given(st.lists(st.integers(min_value=1, max_value=len(b"".join(EVENTS))), max_size=8))
 def test_events_survive_any_chunking(cuts: list[int]) -> None:
     stream = b"".join(EVENTS)
@@ -37,7 +41,7 @@ def test_crlf_events_and_incomplete_tail() -> None:
 
 def test_observer_drops_only_the_injected_usage_chunk() -> None:
     gaps: list[float] = []
-    observer = StreamObserver(drop_usage=True, on_gap=gaps.append)
+    observer = StreamObserver(drop_usage=True, on_gap=gaps.append, on_zero_gaps=_no_tick)
     forwarded = [e for e in EVENTS if observer.observe(e)]
     assert forwarded == EVENTS[:3] + EVENTS[4:]
     assert observer.usage == {"prompt_tokens": 5}
@@ -45,7 +49,7 @@ def test_observer_drops_only_the_injected_usage_chunk() -> None:
 
 
 def test_observer_keeps_usage_when_client_asked_and_continuous_usage() -> None:
-    observer = StreamObserver(drop_usage=False, on_gap=lambda gap: None)
+    observer = StreamObserver(drop_usage=False, on_gap=lambda gap: None, on_zero_gaps=_no_tick)
     continuous = (
         b"data: "
         + json.dumps(
@@ -89,22 +93,15 @@ def test_the_plain_head_is_the_whole_token_events_before_usage_or_done(
 
 
 def test_tick_times_events_that_arrived_together() -> None:
-    gaps: list[float] = []
-    observer = StreamObserver(drop_usage=False, on_gap=gaps.append)
-    observer.tick(1)
-    assert observer.first_event_at is not None and gaps == []
-    observer.tick(3)  # one real gap, then two events that came in the same read
-    assert len(gaps) == 3 and gaps[0] >= 0 and gaps[1:] == [0.0, 0.0]
-
-
-def test_tick_counts_the_zero_gaps_at_once_when_it_can() -> None:
+    """One real gap per read, and the events read with it as zero gaps, in one call."""
     gaps: list[float] = []
     zeros: list[int] = []
     observer = StreamObserver(False, gaps.append, zeros.append)
     observer.tick(1)
-    observer.tick(5)
+    assert observer.first_event_at is not None and gaps == [] and zeros == []
+    observer.tick(5)  # one real gap, then four events that came in the same read
     observer.tick(1)
-    assert len(gaps) == 2 and zeros == [4]
+    assert len(gaps) == 2 and all(gap >= 0 for gap in gaps) and zeros == [4]
 
 
 def _named(kind: str, payload: dict[str, object]) -> bytes:
@@ -116,7 +113,7 @@ def test_observer_times_responses_deltas_and_reads_their_final_usage() -> None:
     the `*.delta` events are token events; the usage is under `response` in
     `response.completed`; every event is forwarded."""
     gaps: list[float] = []
-    observer = StreamObserver(drop_usage=False, on_gap=gaps.append)
+    observer = StreamObserver(drop_usage=False, on_gap=gaps.append, on_zero_gaps=_no_tick)
     usage = {"input_tokens": 5, "output_tokens": 3, "input_tokens_details": {"cached_tokens": 0}}
     stream = [
         _named("response.created", {"type": "response.created", "response": {"usage": None}}),
@@ -131,5 +128,5 @@ def test_observer_times_responses_deltas_and_reads_their_final_usage() -> None:
     assert observer.first_event_at is not None and len(gaps) == 2
     assert observer.usage == usage
     # A stream cut short: no final event, no usage; nothing timed before a delta.
-    cut = StreamObserver(drop_usage=False, on_gap=gaps.append)
+    cut = StreamObserver(drop_usage=False, on_gap=gaps.append, on_zero_gaps=_no_tick)
     assert cut.observe(stream[0]) and cut.first_event_at is None and cut.usage is None
