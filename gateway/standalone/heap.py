@@ -6,9 +6,10 @@ the app, FastAPI's, pydantic's and the libraries' objects, none of them garbage)
 that full collections no longer walk it, and a young collection then runs every
 `YOUNG_COLLECTION_ALLOCATIONS` allocations instead of Python's 700.  Each streamed
 request allocates thousands of short-lived objects (what that saved, measured:
-docs/gateway.md, "CPU per request").  Reference counting still frees everything that is not in a cycle
-at once; the older generations keep their thresholds.  Only `python -m gateway` calls
-it (each worker does too), never `create_app`, which tests call in their own process.
+docs/gateway.md, "CPU per request").  Reference counting still frees everything that
+is not in a cycle at once; the older generations keep their thresholds.  Only
+`python -m gateway` calls it (each worker does too), never `create_app`, which tests
+call in their own process.
 """
 
 from __future__ import annotations
