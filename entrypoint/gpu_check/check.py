@@ -30,6 +30,7 @@ from entrypoint.console import OWN_PREFIX, VLLM_PREFIX, Console
 from entrypoint.errors import DoesNotFitError, PreflightError
 from entrypoint.gpu_check import first_request, phases, traces
 from entrypoint.gpu_check.compare import figures
+from entrypoint.gpu_check.host import HostMeter
 from entrypoint.gpu_check.launch import EntrypointProcess, free_port
 from entrypoint.gpu_check.models import model_dir
 from entrypoint.gpu_check.report import READY, Outcome
@@ -171,7 +172,11 @@ def sizes_for(plan: Plan, options: CheckOptions) -> first_request.Sizes:
 
 
 def measure(
-    config: EntrypointConfig, plan: Plan, options: CheckOptions, mark: Callable[[str], None]
+    config: EntrypointConfig,
+    plan: Plan,
+    options: CheckOptions,
+    mark: Callable[[str], None],
+    server_pid: int,
 ) -> first_request.Run:
     ready_at = time.time()
     with httpx.Client(base_url=base_url(config), timeout=REQUEST_TIMEOUT_S) as client:
@@ -189,6 +194,7 @@ def measure(
             options.seed,
             sizes_for(plan, options),
             around,
+            HostMeter(server_pid),
         )
     mark("first-request measurement done")
     return run
@@ -261,7 +267,7 @@ def run_check(options: CheckOptions, environ: Mapping[str, str] | None = None) -
         child.log.mark(f"{state} after {time.monotonic() - child.started:.1f} s")
         if state == READY:
             nvidia_smi(options.out, "at ready")
-            first = measure(config, prepared.plan, options, child.log.mark)
+            first = measure(config, prepared.plan, options, child.log.mark, child.proc.pid)
             time.sleep(STATS_FLUSH_S)
     finally:
         code = child.stop(config.stop_grace_seconds)

