@@ -58,12 +58,26 @@ def scraped(stack: st.Stack) -> float:
     keys = (stack.key, f"{stack.key}-bob")
     statuses = traffic.through_gateway(stack.gateway, keys)
     assert statuses["session"] == [200] * 4 and statuses["bad_key"] == [401], statuses
-    assert 429 in statuses["burst"], statuses
+    assert 429 in statuses["burst"], (statuses, _admission_evidence(stack))
     deadline = time.monotonic() + SCRAPE_WAIT_S
     while time.monotonic() < deadline and not _targets_up(stack):
         time.sleep(2)
     time.sleep(12)  # a few 5 s scrapes after the traffic, and rule evaluations
     return time.time() - started
+
+
+def _admission_evidence(stack: st.Stack) -> dict[str, object]:
+    """What the gateway ran with and counted, for a burst that was not refused."""
+    env = st.compose(stack.env, "exec", "-T", "gateway", "env").stdout
+    metrics = httpx.get(f"{stack.gateway}/metrics", timeout=30).text
+    return {
+        "env": [line for line in env.splitlines() if line.startswith("GATEWAY_")],
+        "metrics": [
+            line
+            for line in metrics.splitlines()
+            if line.startswith(("gateway_rejected_total", "gateway_queue_wait_seconds_count"))
+        ],
+    }
 
 
 def _targets(stack: st.Stack) -> list[dict[str, object]]:

@@ -29,9 +29,11 @@ CHANGED_SYSTEM = "You changed: " + LONG_SYSTEM
 TIMEOUT_S = 120.0
 KEYS = ("key-alice", "key-bob")  # tenants alice and bob of `gateway_app`
 # Per-key limit 1 + queue 1, the rest refused with 429.  The streams start together,
-# but on an idle machine a fast tiny model can finish the first before the last
-# arrives, letting one more in: six leave several 429s even then.
-BURST = 6
+# but they need not reach the gateway together: through Docker's published port on a
+# busy 2-core host, requests sent at once have reached it up to 4 s apart (longer than
+# a whole stream), and six of them were once all served one after another.  Sixteen
+# leave several 429s even when they arrive spread over a few streams' time.
+BURST = 16
 BURST_TOKENS = 1536  # the first still runs when the last arrives, on a busy host (< 2,048)
 # A counter child is born with its first request; later requests must land in later
 # scrapes (1 s apart) for rate() to see them.
