@@ -120,6 +120,7 @@ def _own_cpu() -> float:
     return t.user + t.system
 
 
+@dataclass
 class Reading:
     """What `HostMeter.round` read, set once its block is done."""
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from entrypoint.gpu_check import first_request
 from entrypoint.gpu_check.first_request import Round, Run, Stream
 from entrypoint.gpu_check.host import HostMeter, HostUse, throttled_seconds
 from entrypoint.gpu_check.report import host_rows
@@ -118,3 +120,15 @@ def test_the_report_puts_each_round_s_ttft_beside_its_host_reading() -> None:
     assert len([r for r in rows if r.startswith("| chat")]) == 2
     assert host_rows(Run("y", [Round("chat", 0.0, [Stream(0.1, [], 1)])])) == ["Not read."]
     assert host_rows(None) == ["Not read."]
+
+
+def test_the_cli_refuses_a_server_pid_that_is_not_running(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(SystemExit) as exited:
+        first_request.parse_args(["--server-pid", str(gone.pid)])
+    assert exited.value.code == 2
+    assert f"--server-pid {gone.pid}: no such process" in capsys.readouterr().err
+    assert first_request.parse_args(["--server-pid", str(os.getpid())]).server_pid == os.getpid()
