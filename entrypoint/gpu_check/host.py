@@ -87,32 +87,26 @@ def _mean_mhz() -> float | None:
     return freq.current if freq and freq.current > 0 else None
 
 
-class _Tree:
-    """CPU time and forced switches of a process and its descendants, summed over the
-    processes alive at both readings."""
-
-    def __init__(self, root_pid: int) -> None:
-        self.root_pid = root_pid
-
-    def read(self) -> dict[int, tuple[float, int, str]]:
+def _tree(root_pid: int) -> dict[int, tuple[float, int, str]]:
+    """Per process of `root_pid`'s tree: CPU seconds, involuntary switches, name."""
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return {}
+    out = {}
+    for proc in procs:
         try:
-            root = psutil.Process(self.root_pid)
-            procs = [root, *root.children(recursive=True)]
+            with proc.oneshot():
+                t = proc.cpu_times()
+                out[proc.pid] = (
+                    t.user + t.system,
+                    proc.num_ctx_switches().involuntary,
+                    proc.name(),
+                )
         except psutil.Error:
-            return {}
-        out = {}
-        for proc in procs:
-            try:
-                with proc.oneshot():
-                    t = proc.cpu_times()
-                    out[proc.pid] = (
-                        t.user + t.system,
-                        proc.num_ctx_switches().involuntary,
-                        proc.name(),
-                    )
-            except psutil.Error:
-                continue
-        return out
+            continue
+    return out
 
 
 def _own_cpu() -> float:
@@ -132,20 +126,20 @@ class HostMeter:
     `reading.use`."""
 
     def __init__(self, server_pid: int) -> None:
-        self.tree = _Tree(server_pid)
+        self.server_pid = server_pid
 
     @contextmanager
     def round(self) -> Iterator[Reading]:
         # The wall time spans the readings too, so no CPU time is counted outside it.
         started = time.perf_counter()
-        start_tree, (start_busy, start_steal) = self.tree.read(), _busy_seconds()
+        start_tree, (start_busy, start_steal) = _tree(self.server_pid), _busy_seconds()
         start_own, start_throttle = _own_cpu(), throttled_seconds()
         reading = Reading()
         yield reading
-        end_tree, (end_busy, end_steal) = self.tree.read(), _busy_seconds()
+        end_tree, (end_busy, end_steal) = _tree(self.server_pid), _busy_seconds()
         own, end_throttle = _own_cpu() - start_own, throttled_seconds()
         wall = time.perf_counter() - started
-        both = start_tree.keys() & end_tree.keys()
+        both = start_tree.keys() & end_tree.keys()  # alive at both readings
         server = sum(end_tree[pid][0] - start_tree[pid][0] for pid in both)
         switches = sum(end_tree[pid][1] - start_tree[pid][1] for pid in both)
         by_process: dict[str, float] = {}

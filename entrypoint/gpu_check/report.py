@@ -105,7 +105,7 @@ def _ms(seconds: float | None) -> str:
 def host_rows(run: first_request.Run | None) -> list[str]:
     """Each round's TTFT beside what the host's CPUs did meanwhile
     (entrypoint/gpu_check/host.py)."""
-    rounds = [] if run is None else [r for r in run.rounds if r.host is not None]
+    rounds = [] if run is None else [(r, r.host) for r in run.rounds if r.host is not None]
     if not rounds:
         return ["Not read."]
     rows = [
@@ -114,9 +114,7 @@ def host_rows(run: first_request.Run | None) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     index: dict[str, int] = {}
-    for r in rounds:
-        h = r.host
-        assert h is not None
+    for r, h in rounds:
         n = index[r.shape] = index.get(r.shape, -1) + 1
         mhz = "–" if h.cpu_mhz is None else f"{h.cpu_mhz:.0f}"
         busiest = max(h.by_process.items(), key=lambda item: item[1], default=None)

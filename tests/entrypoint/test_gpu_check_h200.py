@@ -206,14 +206,18 @@ def test_the_steady_rounds_pass_the_target_s_ratio_among_themselves_too() -> Non
     the median of the other steady rounds, and the steady rounds do so often enough
     (more than 1 in 10) that the target sits inside the host's round-to-round spread.
     Where a shape's steady rounds stay within 1.2× of one another, its first round can
-    still exceed 1.2×: the 2026-12-06 cold start's 4 decodes.  The check's own summary
-    gives the same steady spread."""
+    still exceed 1.2×: the 2026-12-06 cold start's 4 decodes.  The counts are the ones
+    the docs give, worked out here from the raw streams.  The check's own summary gives
+    the same steady spread."""
     first_over = first_n = steady_over = steady_n = 0
     quiet_misses = []
+    quiet_starts: dict[str, list[float]] = {}  # start → its first-round ratios
+    worst_steady: dict[str, float] = {}  # start → its steady rounds' worst own ratio
     for run in [COLD, *WARM, *STARTS]:
         report = json.loads((run / "report.json").read_text())
         rounds = report["first_request"]["rounds"]
         spreads: dict[tuple[str, str], float] = {}
+        firsts = []
         for shape in dict.fromkeys(r["shape"] for r in rounds):
             mine = [r["streams"] for r in rounds if r["shape"] == shape]
             for key in ("ttft", "gaps"):
@@ -225,12 +229,25 @@ def test_the_steady_rounds_pass_the_target_s_ratio_among_themselves_too() -> Non
                 if first > 1.2 and max(own) <= 1.2:
                     quiet_misses.append((run.parent.name, run.name, shape, key))
                 spreads[shape, key] = max(own)
+                firsts.append(first)
+        worst_steady[f"{run.parent.name}/{run.name}"] = max(spreads.values())
+        if max(spreads.values()) <= 1.2:
+            quiet_starts[f"{run.parent.name}/{run.name}"] = firsts
         for summary in first_request.summarise(
             first_request.run_from_dict(report["first_request"])
         ):
             assert summary.steady_ttft_spread == pytest.approx(spreads[summary.shape, "ttft"])
             assert summary.steady_gap_spread == pytest.approx(spreads[summary.shape, "gaps"])
     assert first_n == 9 * 3 * 2 and steady_n == 5 * first_n
+    assert (first_over, steady_over) == (14, 32)  # of 54 and 270: 26 % and 12 %
+    assert sorted(quiet_starts) == [
+        f"{RUNS.name}/cold",
+        f"{RUNS.name}/warm1",
+        f"{SECOND.name}/cold",
+    ]
+    assert sum(r <= 1.2 for firsts in quiet_starts.values() for r in firsts) == 16  # of 18
+    noisy = [w for start, w in worst_steady.items() if start not in quiet_starts]
+    assert len(noisy) == 6 and (round(min(noisy), 2), round(max(noisy), 2)) == (1.31, 2.12)
     assert steady_over / steady_n > 0.1
     assert first_over / first_n > 1.5 * steady_over / steady_n
     assert {(SECOND.name, "cold", "decode_x4", key) for key in ("ttft", "gaps")} <= set(
