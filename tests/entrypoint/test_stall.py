@@ -90,7 +90,7 @@ def test_a_stopped_engine_is_caught_and_a_long_prefill_is_not(tmp_path: Path) ->
         SPARKSERVE_MAX_MODEL_LEN="16384",
         SPARKSERVE_STALL_TIMEOUT_S=str(TIMEOUT_S),
         # An 8,000-token prompt in 1,000 chunks: each engine step's fixed cost makes its
-        # prefill last well past the timeout (2.7-4.1 s here, loaded or not).
+        # prefill last well past the timeout (2.7-4.8 s here, loaded or not).
         SPARKSERVE_MAX_NUM_BATCHED_TOKENS="8",
         SPARKSERVE_MAX_NUM_SEQS="4",
         SPARKSERVE_WARMUP="off",
