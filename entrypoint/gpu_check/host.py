@@ -140,12 +140,12 @@ class HostMeter:
         own, end_throttle = _own_cpu() - start_own, throttled_seconds()
         wall = time.perf_counter() - started
         both = start_tree.keys() & end_tree.keys()  # alive at both readings
-        server = sum(end_tree[pid][0] - start_tree[pid][0] for pid in both)
         switches = sum(end_tree[pid][1] - start_tree[pid][1] for pid in both)
         by_process: dict[str, float] = {}
         for pid in both:
             name = end_tree[pid][2]
             by_process[name] = by_process.get(name, 0.0) + end_tree[pid][0] - start_tree[pid][0]
+        server = sum(by_process.values())
         throttled = (
             None
             if start_throttle is None or end_throttle is None
