@@ -12,7 +12,10 @@
 #                           the host's own (torch, say) and bundles only what it lacks
 #   --stub NAME==VERSION    a package not to bundle although vLLM asks for it (repeatable;
 #                           e.g. flashinfer-python==0.6.12: with --gdn-prefill-backend
-#                           triton, vLLM 0.24 never imports it for the GDN hybrids)
+#                           triton, vLLM 0.24 never imports it for the GDN hybrids); it
+#                           wins over the host's line of that package: where vLLM pins
+#                           numba==0.65.0 and the host has 0.68.0, --stub numba==0.65.0
+#                           lets pip resolve and the host keeps its own
 #   --extra SPEC            one more requirement to bundle (repeatable; e.g. ray==2.60.0)
 #   --prometheus            Debian bookworm's Prometheus binary too (needs apt-get, dpkg)
 #   --split SIZE            also OUT_DIR/parts/bundle.tar.NN in parts of SIZE (split -b
@@ -64,34 +67,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"/stubs "$work"/dl
 
-# Empty stub wheels: what the host has (its own versions) and what is not wanted there.
-if [ -n "$host_list" ]; then
-    while IFS= read -r line; do
-        [[ $line =~ ^[A-Za-z0-9_.-]+==[^=]+$ ]] && stubs+=("$line")
-    done < "$host_list"
-fi
-: > "$work"/constraints.txt
-python3 - "$work/stubs" "${stubs[@]}" <<'EOF'
-import base64, hashlib, re, sys, zipfile
-out = sys.argv[1]
-for spec in sys.argv[2:]:
-    name, version = spec.split("==")
-    dist = re.sub(r"[-_.]+", "_", name)
-    info = f"{dist}-{version}+stub.dist-info"
-    files = {
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}+stub\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: offline_bundle\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
-    with zipfile.ZipFile(f"{out}/{dist}-{version}+stub-py3-none-any.whl", "w") as whl:
-        for path, text in files.items():
-            whl.writestr(path, text)
-EOF
-for spec in "${stubs[@]}"; do echo "$spec+stub" >> "$work"/constraints.txt; done
+# Empty stub wheels and their pins: what the host has (its own versions) and what is not
+# wanted there; a --stub wins over the host's line of the same package (tools/bundle_stubs.py).
+stub_args=()
+[ -z "$host_list" ] || stub_args+=(--host-packages "$host_list")
+for spec in "${stubs[@]}"; do stub_args+=(--stub "$spec"); done
+python3 "$repo/tools/bundle_stubs.py" "$work/stubs" "$work/constraints.txt" "${stub_args[@]}" \
+    || exit 2
 
 # sparkserve's own requirements, read from pyproject.toml (one list, never retyped here).
 mapfile -t needs < <(python3 - "$repo/pyproject.toml" <<'EOF'
@@ -107,7 +89,10 @@ done
 [ "$arch" = x86_64 ] && platforms+=(--platform manylinux1_x86_64)
 python3 -m pip download --only-binary=:all: --python-version "$python" \
     --implementation cp "${platforms[@]}" --find-links "$work/stubs" -c "$work/constraints.txt" \
-    -d "$work/dl" "vllm==$vllm" "${needs[@]}" "${extras[@]}"
+    -d "$work/dl" "vllm==$vllm" "${needs[@]}" "${extras[@]}" \
+    || die "pip could not resolve vllm==$vllm against the stubs (its reasons are above). Where \
+vLLM pins a version of a package the host has at another version, pass --stub NAME==PIN: \
+it replaces the host's line, and the host keeps its own version."
 for whl in "$work"/dl/*.whl; do
     case "$whl" in *+stub-*) ;; *) cp "$whl" "$out/whl/" ;; esac
 done
