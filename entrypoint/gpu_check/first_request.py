@@ -120,11 +120,16 @@ class ShapeSummary:
         return self.first_gap_seconds / self.steady_gap_seconds
 
 
+def peer_ratios(values: Sequence[float]) -> list[float]:
+    """Each value against the median of the others (none below two values)."""
+    if len(values) < 2:
+        return []
+    return [v / statistics.median([*values[:i], *values[i + 1 :]]) for i, v in enumerate(values)]
+
+
 def own_spread(values: Sequence[float]) -> float:
     """The largest ratio of one value to the median of the others (nan below two)."""
-    if len(values) < 2:
-        return float("nan")
-    return max(v / statistics.median([*values[:i], *values[i + 1 :]]) for i, v in enumerate(values))
+    return max(peer_ratios(values), default=float("nan"))
 
 
 def summarise(run: Run) -> list[ShapeSummary]:

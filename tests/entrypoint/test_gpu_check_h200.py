@@ -21,7 +21,7 @@ from bench import mixed
 from bench.records import RequestRecord
 from budget.options import PlanOptions
 from budget.planner import build_plan
-from entrypoint.gpu_check import first_request
+from entrypoint.gpu_check import first_request, starts
 from entrypoint.gpu_check.check import read_graphs, read_log
 from entrypoint.gpu_check.compare import OK, figures
 from entrypoint.gpu_check.phases import phases, printed, stamped, table
@@ -253,6 +253,36 @@ def test_the_steady_rounds_pass_the_target_s_ratio_among_themselves_too() -> Non
     assert {(SECOND.name, "cold", "decode_x4", key) for key in ("ttft", "gaps")} <= set(
         quiet_misses
     )
+
+
+def test_the_starts_summary_over_the_nine_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m entrypoint.gpu_check.starts` over both sets prints each start's first
+    rounds as worked out here from the raw streams, the starts that met the target on
+    every shape, and the counts the test above works out and docs/gpu-check.md gives."""
+    runs = [COLD, *WARM, *STARTS]
+    assert starts.main([str(run) for run in runs]) == 0
+    out = capsys.readouterr().out
+    for run in runs:
+        row = next(
+            line
+            for line in out.splitlines()
+            if line.startswith(f"| {run.parent.name}/{run.name} |")
+        )
+        for ttft, gaps in first_against_steady(run).values():
+            assert f"{ttft:.2f}× ({gaps:.2f}×)" in row.replace("**", "")
+            for ratio in (ttft, gaps):  # bold where over the target
+                assert (f"**{ratio:.2f}×**" in row) == (ratio > 1.2)
+    met = [
+        run.name for run in runs if max(max(r) for r in first_against_steady(run).values()) <= 1.2
+    ]
+    assert len(met) == 4  # 2026-12-04's cold, warm1 and warm2, 2026-12-06's warm3
+    assert "met in 4 of 9 starts" in out
+    assert "First rounds over 1.2× of their steady median: 14 of 54 (26 %)" in out
+    assert "steady rounds over 1.2× of their peers: 32 of 270 (12 %)" in out
+    assert (
+        f"Quiet starts (every steady round within 1.2× of its peers): {RUNS.name}/cold, "
+        f"{RUNS.name}/warm1, {SECOND.name}/cold; their first rounds within 1.2×: 16 of 18."
+    ) in out
 
 
 def test_the_restarts_of_the_second_set_read_the_cached_verdict() -> None:

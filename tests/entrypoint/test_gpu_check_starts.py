@@ -1,0 +1,82 @@
+"""`python -m entrypoint.gpu_check.starts`: its refusals in words, and a start whose host
+was never quiet (the recorded H200 starts; the full summary is replayed in
+test_gpu_check_h200.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from entrypoint.gpu_check.starts import main
+
+H200 = Path(__file__).parent / "fixtures" / "gpu_h200_check"
+
+
+def test_one_noisy_start_says_no_start_was_quiet(capsys: pytest.CaptureFixture[str]) -> None:
+    # 2026-12-04's warm 3: a chat round 2.12× its peers' median among its steady rounds
+    assert main([str(H200 / "warm3")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[2].startswith("| warm3 | 61.2 s | 0.6 s | **1.29×** (1.07×) |")
+    assert out.splitlines()[2].endswith("| **2.12×** |")
+    assert "met in 0 of 1 starts" in out
+    assert "No quiet start: every start has a steady round over 1.2× of its peers" in out
+
+
+def test_folders_of_one_name_are_told_apart_by_their_parent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for day in ("a", "b"):
+        shutil.copytree(H200 / "warm1", tmp_path / day / "warm1")
+    assert main([str(tmp_path / "a" / "warm1"), str(tmp_path / "b" / "warm1")]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "warm1 |" in line]
+    assert [row.split(" | ")[0] for row in rows] == ["| a/warm1", "| b/warm1"]
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "report.json: No such file or directory; give the --out folder of a check"),
+        ("{", "report.json: not JSON (Expecting property name"),
+        (json.dumps({"first_request": None}), "report.json: no first-request rounds"),
+        (
+            json.dumps({"first_request": {"label": "x", "rounds": [{"shape": "chat"}]}}),
+            "report.json: its rounds are not a check's (KeyError('seconds_after_ready') in them)",
+        ),
+        (
+            json.dumps(
+                {
+                    "first_request": {
+                        "label": "x",
+                        "rounds": [
+                            {
+                                "shape": "chat",
+                                "seconds_after_ready": 0.0,
+                                "streams": [
+                                    {"ttft_seconds": 0.1, "gaps_seconds": [0.01], "tokens": 2}
+                                ],
+                            },
+                        ],
+                    }
+                }
+            ),
+            "report.json: no shape has a steady round after its first",
+        ),
+    ],
+)
+def test_a_folder_without_a_usable_report_is_refused_in_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, said: str
+) -> None:
+    if content is not None:
+        (tmp_path / "report.json").write_text(content)
+    assert main([str(H200 / "cold"), str(tmp_path)]) == 2
+    err = capsys.readouterr()
+    assert f"sparkserve: error: {tmp_path}/{said}" in err.err
+    assert err.out == ""
+
+
+def test_no_folder_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "usage: python -m entrypoint.gpu_check.starts OUT..." in capsys.readouterr().err
