@@ -12,7 +12,8 @@ against how much the host moves rounds with nothing first about them. Given the
   its steady rounds against the median of its other steady rounds, every shape);
 - how many starts met the target on every shape;
 - how often a first round exceeded 1.2× of its steady median, beside how often a steady
-  round exceeded 1.2× of the median of the other steady rounds;
+  round exceeded 1.2× of the median of the other steady rounds, and the median of each
+  kind of ratio (the typical first-request cost, apart from the outliers);
 - the quiet starts (every steady round within 1.2× of its peers) and how their first
   rounds fared: where the host's own spread is inside the target, a first round over it
   is a first-request cost, not the host.
@@ -25,6 +26,7 @@ Exit 0 when every folder was read; 2 when one holds no readable report or no rou
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -120,6 +122,10 @@ def _share(part: int, whole: int) -> str:
     return f"{part} of {whole} ({100 * part / whole:.0f} %)" if whole else "none"
 
 
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}×" if values else "–"
+
+
 def render(starts: list[Start]) -> str:
     shapes = list(dict.fromkeys(s.shape for start in starts for s in start.shapes))
     lines = [
@@ -155,6 +161,8 @@ def render(starts: list[Start]) -> str:
         f"- First rounds over {TARGET}× of their steady median: "
         f"{_share(sum(r > TARGET for r in firsts), len(firsts))}; steady rounds over "
         f"{TARGET}× of their peers: {_share(sum(r > TARGET for r in steady), len(steady))}.",
+        f"- The typical first round: {_median(firsts)} of its steady median (the median "
+        f"of those ratios; of a steady round against its peers: {_median(steady)}).",
     ]
     if quiet:
         lines.append(

@@ -277,6 +277,9 @@ def test_the_starts_summary_over_the_nine_starts(capsys: pytest.CaptureFixture[s
     ]
     assert len(met) == 4  # 2026-12-04's cold, warm1 and warm2, 2026-12-06's warm3
     assert "met in 4 of 9 starts" in out
+    firsts = [r for run in runs for pair in first_against_steady(run).values() for r in pair]
+    assert f"The typical first round: {statistics.median(firsts):.2f}× of its steady" in out
+    assert round(statistics.median(firsts), 2) == 1.06  # docs/gpu-check.md
     assert "First rounds over 1.2× of their steady median: 14 of 54 (26 %)" in out
     assert "steady rounds over 1.2× of their peers: 32 of 270 (12 %)" in out
     assert (
