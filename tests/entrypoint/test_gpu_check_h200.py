@@ -288,6 +288,20 @@ def test_the_starts_summary_over_the_nine_starts(capsys: pytest.CaptureFixture[s
     ) in out
 
 
+def test_the_quiet_cold_start_s_four_decodes_fade_over_two_rounds() -> None:
+    """docs/gpu-check.md: in 2026-12-06's cold start the 4-decode rounds' cost fades
+    over the first two rounds after ready, not only the first."""
+    rounds = json.loads((STARTS[0] / "report.json").read_text())["first_request"]["rounds"]
+    mine = [r for r in rounds if r["shape"] == "decode_x4"]
+    ttft = [worst(r["streams"], "ttft") * 1000 for r in mine]
+    gaps = [worst(r["streams"], "gaps") * 1000 for r in mine]
+    assert [round(r["seconds_after_ready"], 1) for r in mine[:2]] == [0.8, 2.1]
+    assert [round(t) for t in ttft[:2]] == [200, 167] and round(statistics.median(ttft[2:])) == 158
+    assert [round(g, 1) for g in gaps[:2]] == [12.6, 11.1]
+    assert round(statistics.median(gaps[2:]), 1) == 9.9
+    assert ttft[0] > ttft[1] > max(ttft[2:]) and gaps[0] > gaps[1] > max(gaps[2:])
+
+
 def test_the_restarts_of_the_second_set_read_the_cached_verdict() -> None:
     """warm2-4 repeat the cold start's argv: no vLLM import. warm1p adds --profile, a new
     argv, so its pre-flight imports vLLM again."""
