@@ -171,10 +171,15 @@ def render(starts: list[Start]) -> str:
             + f"; their first rounds within {TARGET}×: "
             f"{sum(r <= TARGET for r in quiet_firsts)} of {len(quiet_firsts)}."
         )
-    else:
+    elif steady:
         lines.append(
             f"- No quiet start: every start has a steady round over {TARGET}× of its peers, "
             "so none can tell a first-request cost from the host's own spread."
+        )
+    else:
+        lines.append(
+            "- No steady spread: a shape needs two steady rounds or more for one "
+            "(the check's --steady)."
         )
     return "\n".join(lines)
 
@@ -188,7 +193,11 @@ def names(folders: Sequence[Path]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    folders = [Path(p) for p in (argv if argv is not None else sys.argv[1:])]
+    args = list(argv if argv is not None else sys.argv[1:])
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    folders = [Path(p) for p in args]
     if not folders or any(str(f).startswith("-") for f in folders):
         print(
             "usage: python -m entrypoint.gpu_check.starts OUT...  (each OUT holds a "

@@ -80,3 +80,23 @@ def test_a_folder_without_a_usable_report_is_refused_in_words(
 def test_no_folder_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "usage: python -m entrypoint.gpu_check.starts OUT..." in capsys.readouterr().err
+
+
+def test_one_steady_round_a_shape_has_no_spread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stream = {"ttft_seconds": 0.1, "gaps_seconds": [0.01, 0.01], "tokens": 3}
+    rounds = [{"shape": "chat", "seconds_after_ready": t, "streams": [stream]} for t in (0.0, 1.0)]
+    (tmp_path / "report.json").write_text(
+        json.dumps({"first_request": {"label": "x", "rounds": rounds}})
+    )
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"| {tmp_path.name} | – | – | 1.00× (1.00×) | – |" in out
+    assert "- No steady spread: a shape needs two steady rounds or more" in out
+    assert "of a steady round against its peers: –" in out
+
+
+def test_help_prints_what_it_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "python -m entrypoint.gpu_check.starts OUT..." in capsys.readouterr().out
