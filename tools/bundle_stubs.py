@@ -2,7 +2,8 @@
 
 Each `NAME==VERSION` in the host's package list (`--host-packages`, `pip list --format
 freeze` there) and each `--stub NAME==VERSION` becomes an empty wheel `NAME-VERSION+stub`
-and the constraint `NAME==VERSION+stub`, so that `pip download` resolves vLLM against
+and the constraint `NAME==VERSION+stub` (`+cu130.stub` where the version has a local
+label already), so that `pip download` resolves vLLM against
 them and bundles only the rest.  Where both name one package, the `--stub` wins: a host
 with numba 0.68 and a vLLM that pins `numba==0.65.0` is bundled with `--stub
 numba==0.65.0` (the host keeps its own numba), where two constraints for one package
@@ -34,6 +35,12 @@ class Pin:
     name: str
     version: str
     source: str  # "host" or "--stub"
+
+    @property
+    def stub_version(self) -> str:
+        """The version with a `stub` local label: `0.65.0+stub`, or `2.11.0+cu130.stub`
+        for a host's CUDA build (one `+` only, PEP 440); either still meets `==2.11.0`."""
+        return f"{self.version}.stub" if "+" in self.version else f"{self.version}+stub"
 
     @property
     def key(self) -> str:
@@ -88,10 +95,10 @@ def merge(host: list[Pin], stubs: list[Pin]) -> tuple[list[Pin], list[str]]:
 def stub_wheel(folder: Path, pin: Pin) -> Path:
     """An empty wheel `NAME-VERSION+stub-py3-none-any.whl`: metadata and nothing else."""
     dist = re.sub(r"[-_.]+", "_", pin.name)
-    info = f"{dist}-{pin.version}+stub.dist-info"
+    info = f"{dist}-{pin.stub_version}.dist-info"
     files = {
         f"{info}/METADATA": (
-            f"Metadata-Version: 2.1\nName: {pin.name}\nVersion: {pin.version}+stub\n"
+            f"Metadata-Version: 2.1\nName: {pin.name}\nVersion: {pin.stub_version}\n"
         ),
         f"{info}/WHEEL": (
             "Wheel-Version: 1.0\nGenerator: offline_bundle\nRoot-Is-Purelib: true\n"
@@ -103,7 +110,7 @@ def stub_wheel(folder: Path, pin: Pin) -> Path:
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
         record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
     files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
-    wheel = folder / f"{dist}-{pin.version}+stub-py3-none-any.whl"
+    wheel = folder / f"{dist}-{pin.stub_version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as whl:
         for path, text in files.items():
             whl.writestr(path, text)
@@ -132,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args.stub_dir.mkdir(parents=True, exist_ok=True)
     for pin in pins:
         stub_wheel(args.stub_dir, pin)
-    args.constraints.write_text("".join(f"{pin.name}=={pin.version}+stub\n" for pin in pins))
+    args.constraints.write_text("".join(f"{pin.name}=={pin.stub_version}\n" for pin in pins))
     for note in notes:
         print(f"offline_bundle: {note}", file=sys.stderr)
     return 0

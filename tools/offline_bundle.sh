@@ -93,8 +93,8 @@ python3 -m pip download --only-binary=:all: --python-version "$python" \
     || die "pip could not resolve vllm==$vllm against the stubs (its reasons are above). Where \
 vLLM pins a version of a package the host has at another version, pass --stub NAME==PIN: \
 it replaces the host's line, and the host keeps its own version."
-for whl in "$work"/dl/*.whl; do
-    case "$whl" in *+stub-*) ;; *) cp "$whl" "$out/whl/" ;; esac
+for whl in "$work"/dl/*.whl; do  # every wheel but the stubs
+    [ -e "$work/stubs/$(basename "$whl")" ] || cp "$whl" "$out/whl/"
 done
 
 git -C "$repo" archive HEAD $SOURCES pyproject.toml | tar x -C "$out/src"

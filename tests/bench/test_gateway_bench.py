@@ -164,7 +164,7 @@ def test_a_whole_run_races_both_phases_on_vllm_cpu(tmp_path: Path) -> None:
         if key[2] != "direct":
             value, low, high = row["ttft_p50_ratio"]
             # Two rounds: the point is the bootstrap's most common resample, so it lies in
-            # the interval, to the last bit of float rounding (a run gave low 1 ulp above).
+            # the interval up to float rounding, which can put `low` one ulp above it.
             assert low - 1e-12 <= value <= high + 1e-12
     # Each phase's own target, and what its gateway added to the direct path's p50.
     for phase, bound in (("standalone", "1.03"), ("embedded", "1.02")):

@@ -15,7 +15,7 @@ from tools.bundle_stubs import main
 REPO = Path(__file__).resolve().parents[2]
 HOST = """\
 numba==0.68.0
-Torch==2.11.0
+Torch==2.11.0+cu130
 -e git+https://example.invalid/x.git@abc#egg=x
 local-pkg @ file:///tmp/local_pkg-1.0-py3-none-any.whl
 """
@@ -37,12 +37,12 @@ def test_a_stub_replaces_the_host_s_line_of_the_same_package(
     code, stub_dir, constraints = write(tmp_path, "numba==0.65.0", "flashinfer-python==0.6.12")
     assert code == 0
     assert sorted(constraints.read_text().splitlines()) == [
-        "Torch==2.11.0+stub",
+        "Torch==2.11.0+cu130.stub",
         "flashinfer-python==0.6.12+stub",
         "numba==0.65.0+stub",
     ]
     assert sorted(p.name for p in stub_dir.iterdir()) == [
-        "Torch-2.11.0+stub-py3-none-any.whl",
+        "Torch-2.11.0+cu130.stub-py3-none-any.whl",
         "flashinfer_python-0.6.12+stub-py3-none-any.whl",
         "numba-0.65.0+stub-py3-none-any.whl",
     ]
@@ -53,7 +53,8 @@ def test_a_stub_replaces_the_host_s_line_of_the_same_package(
 
 def test_pip_resolves_a_pinned_requirement_against_the_stubs_offline(tmp_path: Path) -> None:
     # What offline_bundle.sh then runs, without an index: vLLM's numba==0.65.0 pin is
-    # met by the stub, which two constraints for numba (0.65.0 and 0.68.0) would forbid.
+    # met by the stub, which two constraints for numba (0.65.0 and 0.68.0) would forbid,
+    # and its torch==2.11.0 by the host's CUDA build's stub.
     code, stub_dir, constraints = write(tmp_path, "numba==0.65.0")
     assert code == 0
     dl = tmp_path / "dl"
@@ -71,7 +72,7 @@ def test_pip_resolves_a_pinned_requirement_against_the_stubs_offline(tmp_path: P
             "-d",
             str(dl),
             "numba==0.65.0",
-            "torch",
+            "torch==2.11.0",
         ],
         capture_output=True,
         text=True,
@@ -79,7 +80,7 @@ def test_pip_resolves_a_pinned_requirement_against_the_stubs_offline(tmp_path: P
     )
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in dl.iterdir()) == [
-        "Torch-2.11.0+stub-py3-none-any.whl",
+        "Torch-2.11.0+cu130.stub-py3-none-any.whl",
         "numba-0.65.0+stub-py3-none-any.whl",
     ]
 
