@@ -92,7 +92,7 @@ def merge(host: list[Pin], stubs: list[Pin]) -> tuple[list[Pin], list[str]]:
     return list(chosen.values()), notes
 
 
-def stub_wheel(folder: Path, pin: Pin) -> Path:
+def stub_wheel(folder: Path, pin: Pin) -> None:
     """An empty wheel `NAME-VERSION+stub-py3-none-any.whl`: metadata and nothing else."""
     dist = re.sub(r"[-_.]+", "_", pin.name)
     info = f"{dist}-{pin.stub_version}.dist-info"
@@ -114,7 +114,6 @@ def stub_wheel(folder: Path, pin: Pin) -> Path:
     with zipfile.ZipFile(wheel, "w") as whl:
         for path, text in files.items():
             whl.writestr(path, text)
-    return wheel
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,8 +28,11 @@ class Mark:
     occurrence: int = 1  # the n-th matching line ends the phase
 
 
+PRE_FLIGHT = "plan + pre-flight (vLLM's flags read)"
+READY = "launch → /ready 200"  # the total: launch to the last phase found
+
 MARKS = (
-    Mark("plan + pre-flight (vLLM's flags read)", re.compile(r"\[sparkserve\] launching vLLM:")),
+    Mark(PRE_FLIGHT, re.compile(r"\[sparkserve\] launching vLLM:")),
     Mark("vLLM's API server imports and parses", re.compile(r"non-default args:")),
     Mark("engine process starts", re.compile(r"Initializing a V1 LLM engine")),
     Mark("weights (dummy) and drafter loaded", re.compile(r"Model loading took")),
@@ -80,7 +83,7 @@ def phases(lines: Sequence[tuple[float, str]]) -> dict[str, float]:
         at = lines[index][0]
         out[mark.label] = round(at - last, 2)
         last = at
-    out["launch → /ready 200"] = round(last, 2)
+    out[READY] = round(last, 2)
     return out
 
 

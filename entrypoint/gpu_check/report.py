@@ -11,6 +11,7 @@ from budget.plan import Plan
 from budget.plan_dict import plan_dict
 from entrypoint.gpu_check import first_request
 from entrypoint.gpu_check.compare import Figure, all_within, difference, shown
+from entrypoint.gpu_check.phases import READY as READY_PHASE
 from entrypoint.logscan import CompileCache, Observed
 
 FIRST_REQUEST_TARGET = 1.2  # first ≤ 1.2× steady with warm-up on (docs/gpu-entrypoint.md)
@@ -170,7 +171,7 @@ def _header(outcome: Outcome) -> list[str]:
     plan = outcome.plan
     verdict = "PASS" if outcome.passed else "FAIL"
     code = "" if outcome.entrypoint_exit is None else f", entrypoint exit {outcome.entrypoint_exit}"
-    ready = outcome.phases.get("launch → /ready 200")
+    ready = outcome.phases.get(READY_PHASE)
     reached = f"ready after {ready:.1f} s" if outcome.state == READY and ready else outcome.state
     return [
         f"# GPU check: {plan.model_name} — {verdict}",

@@ -39,10 +39,8 @@ from entrypoint.gpu_check.first_request import (
     run_from_dict,
     summarise,
 )
-
-TARGET = 1.2
-READY = "launch → /ready 200"
-PRE_FLIGHT = "plan + pre-flight (vLLM's flags read)"
+from entrypoint.gpu_check.phases import PRE_FLIGHT, READY
+from entrypoint.gpu_check.report import FIRST_REQUEST_TARGET as TARGET
 
 
 class StartsError(ValueError):
