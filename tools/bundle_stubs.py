@@ -93,7 +93,7 @@ def merge(host: list[Pin], stubs: list[Pin]) -> tuple[list[Pin], list[str]]:
 
 
 def stub_wheel(folder: Path, pin: Pin) -> None:
-    """An empty wheel `NAME-VERSION+stub-py3-none-any.whl`: metadata and nothing else."""
+    """An empty wheel `NAME-{stub_version}-py3-none-any.whl`: metadata and nothing else."""
     dist = re.sub(r"[-_.]+", "_", pin.name)
     info = f"{dist}-{pin.stub_version}.dist-info"
     files = {

@@ -129,9 +129,9 @@ def host_rows(run: first_request.Run | None) -> list[str]:
         )
     rows.append(
         "\nServer CPU: user + system time of the entrypoint, vLLM's API server and engine "
-        "during the round (a CUDA engine spins while it waits for the GPU, so its CPU "
-        "time holds those waits too and CPU ÷ wall near 1 does not mean the host was the "
-        "bottleneck); forced switches: their involuntary context switches; other CPU: "
+        "during the round (by CUDA's default an engine spins while it waits for the GPU, "
+        "so its CPU time holds those waits too and CPU ÷ wall near 1 does not mean the host "
+        "was the bottleneck); forced switches: their involuntary context switches; other CPU: "
         "the rest of the machine's busy time, this check's own left out; steal: time a "
         "hypervisor gave our CPUs to another guest; throttled: the cgroup's CPU quota "
         "(– where not accounted)."

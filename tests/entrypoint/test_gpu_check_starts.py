@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 from pathlib import Path
 
 import pytest
 
 from entrypoint.gpu_check.phases import PRE_FLIGHT, READY
 from entrypoint.gpu_check.starts import main
+from tests.entrypoint.test_gpu_check_h200 import steady_ratios, worst
 
 H200 = Path(__file__).parent / "fixtures" / "gpu_h200_check"
 
@@ -29,15 +29,13 @@ def test_one_noisy_start_says_no_start_was_quiet(capsys: pytest.CaptureFixture[s
     assert row.startswith(f"| warm3 | {phases[READY]:.1f} s | {phases[PRE_FLIGHT]:.1f} s |")
     for shape in report["first_request_summary"]:
         assert f"| {shape['ttft_ratio']:.2f}× ({shape['gap_ratio']:.2f}×) |" in row
-    spread = 0.0
-    for name in ("chat", "long_prompt", "decode_x4"):
-        steady = [r for r in report["first_request"]["rounds"] if r["shape"] == name][1:]
-        for figure in (
-            [max(s["ttft_seconds"] for s in r["streams"]) for r in steady],
-            [max(statistics.fmean(s["gaps_seconds"][:8]) for s in r["streams"]) for r in steady],
-        ):
-            for i, value in enumerate(figure):
-                spread = max(spread, value / statistics.median(figure[:i] + figure[i + 1 :]))
+    rounds = report["first_request"]["rounds"]
+    spread = max(
+        ratio
+        for name in ("chat", "long_prompt", "decode_x4")
+        for key in ("ttft", "gaps")
+        for ratio in steady_ratios([worst(r["streams"], key) for r in rounds if r["shape"] == name])
+    )
     assert spread > 1.2 and row.endswith(f"| {spread:.2f}× |")
     assert "met in 0 of 1 starts" in out
     assert "No quiet start: every start has a steady round over 1.2× of its peers" in out
